@@ -1,0 +1,30 @@
+// NCCL_MESH_HCA: which RDMA devices/ports the plugin may use, in NCCL_IB_HCA's syntax.
+//   "mlx5"          devices whose name starts with mlx5 (prefix match), every port
+//   "=mlx5_0,mlx5_1" exact names only
+//   "^rxe_p3"       everything except devices starting with rxe_p3
+//   "^=rxe_p3:1"    everything except port 1 of exactly rxe_p3
+//   "dev:port"      restricts an entry to one port
+// Pure code, unit-tested.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mesh {
+
+struct HcaFilter {
+  struct Entry {
+    std::string name;
+    int port = -1;  // -1: every port
+  };
+  bool exclude = false;  // leading '^'
+  bool exact = false;    // '=' after the optional '^'
+  std::vector<Entry> entries;  // empty: no filter, everything matches
+};
+
+// Parses a filter; malformed entries (empty names, bad port numbers) are reported in
+// *error (if given) and skipped.
+HcaFilter parseHcaFilter(const std::string& spec, std::string* error = nullptr);
+bool hcaMatches(const HcaFilter& filter, const std::string& device, int port);
+
+}  // namespace mesh

@@ -1,0 +1,84 @@
+// The handshake reactor: ONE background thread per process (epoll) that owns every
+// handshake socket and RDMA async-event fd. NCCL's threads never block on the network:
+// they hand work to the reactor with post() and poll state that the reactor publishes.
+//
+// Lifecycle: started by Plugin::init, stopped (joined) by Plugin::shutdown, which runs
+// from the library destructor, so no thread outlives the library when NCCL dlclose()s it.
+//
+// Threads: post()/stop()/running() are callable from any thread. watch()/unwatch()/
+// addTimer() run on the reactor thread only (from a posted task or a handler).
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "err.h"
+
+namespace mesh {
+
+class Reactor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Handler = std::function<void(uint32_t events)>;
+  using Task = std::function<void()>;
+
+  Reactor() = default;
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  ncclResult_t start();
+  // Runs queued tasks' destructors, closes the epoll/eventfd and joins the thread.
+  // Idempotent. Must not be called from the reactor thread.
+  void stop();
+  bool running() const { return running_.load(std::memory_order_acquire); }
+  bool onReactorThread() const { return std::this_thread::get_id() == threadId_.load(); }
+
+  // Queues fn to run on the reactor thread. Returns false when the reactor is not running.
+  bool post(Task fn);
+
+  // Reactor thread only.
+  ncclResult_t watch(int fd, uint32_t events, Handler handler);
+  ncclResult_t modify(int fd, uint32_t events);
+  void unwatch(int fd);
+  // Calls fn once every `period` (first call one period from now) until fn returns false.
+  void addTimer(Clock::duration period, std::function<bool(Clock::time_point)> fn);
+
+  uint64_t loopCount() const { return loops_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  void drainTasks();
+  void fireTimers();
+  int nextTimeoutMs() const;
+
+  struct Timer {
+    Clock::time_point due;
+    Clock::duration period;
+    std::function<bool(Clock::time_point)> fn;
+  };
+
+  int epollFd_ = -1;
+  int wakeFd_ = -1;  // eventfd: post() and stop() wake the loop through it
+  std::thread thread_;
+  std::atomic<std::thread::id> threadId_{};
+  std::atomic<bool> running_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> loops_{0};
+
+  std::mutex tasksMutex_;          // guards tasks_ (written by any thread)
+  std::vector<Task> tasks_;
+  // Reactor thread only:
+  std::unordered_map<int, Handler> handlers_;
+  std::vector<Timer> timers_;
+};
+
+}  // namespace mesh

@@ -1,0 +1,125 @@
+#include "mesh/plugin.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "mesh/check.h"
+#include "mesh/log.h"
+
+namespace mesh {
+
+Plugin& Plugin::instance() {
+  // Never destroyed by the C++ runtime: shutdown() runs from the library destructor below,
+  // in a known order, instead of whenever static destructors happen to run. Static storage
+  // (not the heap) so an unloaded library leaves no allocation behind.
+  alignas(Plugin) static unsigned char storage[sizeof(Plugin)];
+  static Plugin* plugin = new (storage) Plugin();
+  return *plugin;
+}
+
+ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
+  std::lock_guard<std::mutex> lock(initMutex_);
+  if (logger != nullptr) setLogger(logger);
+  if (initialized_) return ncclSuccess;
+
+  std::vector<std::string> warnings;
+  config_ = loadConfig([](const char* name) { return getenv(name); }, &warnings);
+  for (const std::string& w : warnings) MESH_WARN("%s", w.c_str());
+  logSettings();
+
+  MESH_CHECK(reactor_.start());
+  std::string why;
+  if (loadVerbs(config_.ibverbsLib, &verbs_, &why) != ncclSuccess) {
+    MESH_WARN("no RDMA: %s. The Mesh network reports 0 devices.", why.c_str());
+  } else {
+    MESH_CHECK(discoverPorts(verbs_, config_, &discovery_));
+    if (discovery_.ports.empty()) {
+      MESH_WARN("no usable RDMA port: need an ACTIVE RoCE port with an IPv4 address "
+                "(check `ibv_devinfo`, `rdma link`, `ip addr`, NCCL_MESH_HCA=%s). "
+                "The Mesh network reports 0 devices.", config_.hca.c_str());
+    }
+  }
+  buildNetDevices();
+  initialized_ = true;
+  return ncclSuccess;
+}
+
+void Plugin::shutdown() {
+  std::lock_guard<std::mutex> lock(initMutex_);
+  reactor_.stop();
+  netDevices_.clear();
+  discovery_.devices.clear();  // closes PDs and contexts
+  discovery_.ports.clear();
+  unloadVerbs(&verbs_);
+  config_ = Config();
+  initialized_ = false;
+}
+
+ncclResult_t Plugin::device(int dev, const NetDevice** out) const {
+  if (dev < 0 || dev >= deviceCount()) {
+    MESH_WARN("device %d does not exist (the Mesh network has %d)", dev, deviceCount());
+    return ncclInvalidArgument;
+  }
+  *out = &netDevices_[dev];
+  return ncclSuccess;
+}
+
+void Plugin::buildNetDevices() {
+  netDevices_.clear();
+  const std::vector<MeshPort>& ports = discovery_.ports;
+  auto fill = [&](NetDevice* d, const MeshPort& p) {
+    d->pciPath = p.pciPath;
+    d->guid = p.guid;
+    d->port = p.port;
+    d->speedMbps = config_.speedMbps > 0 ? config_.speedMbps : p.speedMbps;
+    d->ptrSupport = kPtrHost | (p.gdr ? kPtrCuda : 0) | (p.dmabuf ? kPtrDmabuf : 0);
+    d->maxRecvs = kMaxRecvs;
+  };
+  if (ports.empty()) return;
+  if (config_.devices == DeviceMode::Port) {
+    for (size_t i = 0; i < ports.size(); ++i) {
+      NetDevice d;
+      d.name = ports[i].device + ":" + std::to_string(ports[i].port);
+      d.ports = {static_cast<int>(i)};
+      fill(&d, ports[i]);
+      netDevices_.push_back(d);
+    }
+  } else {
+    // One device for the node. Its speed is one link's: NCCL sizes channels per device,
+    // and any one peer is normally reached over a single cable.
+    NetDevice d;
+    d.name = "mesh";
+    for (size_t i = 0; i < ports.size(); ++i) d.ports.push_back(static_cast<int>(i));
+    fill(&d, ports[0]);
+    for (const MeshPort& p : ports) {
+      if (!p.gdr) d.ptrSupport &= ~kPtrCuda;
+      if (!p.dmabuf) d.ptrSupport &= ~kPtrDmabuf;
+    }
+    netDevices_.push_back(d);
+  }
+  for (const NetDevice& d : netDevices_) {
+    MESH_INFO(NCCL_INIT | NCCL_NET, "device %s: %zu port(s), speed %d Mbps, ptrSupport 0x%x",
+              d.name.c_str(), d.ports.size(), d.speedMbps, d.ptrSupport);
+  }
+  for (const MeshPort& p : ports) {
+    for (const PortAddress& a : p.addrs) {
+      MESH_INFO(NCCL_INIT | NCCL_NET, "port %s %s GID index %d MTU %d speed %d Mbps",
+                p.label().c_str(), formatPrefix(a.ip).c_str(), a.gidIndex, p.mtuBytes,
+                p.speedMbps);
+    }
+  }
+}
+
+void Plugin::logSettings() const {
+  std::string line;
+  for (const std::string& kv : describeConfig(config_)) line += " " + kv;
+  MESH_INFO(NCCL_INIT | NCCL_ENV, "settings:%s", line.c_str());
+}
+
+namespace {
+// Runs when the library is unloaded (dlclose by NCCL) or at process exit: joins the
+// reactor thread before its code disappears.
+__attribute__((destructor)) void meshLibraryUnload() { Plugin::instance().shutdown(); }
+}  // namespace
+
+}  // namespace mesh
