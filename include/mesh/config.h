@@ -34,6 +34,7 @@ struct Config {
   int portMin = 0;                             // NCCL_MESH_PORT_RANGE "lo-hi", 0: ephemeral
   int portMax = 0;
   bool gdrFlushDisable = false;                // NCCL_GDR_FLUSH_DISABLE
+  bool forceFlush = false;                     // NCCL_MESH_FORCE_FLUSH: flush host memory too
 };
 
 // One row of the settings table, for logging, --help and the README.

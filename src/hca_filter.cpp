@@ -1,0 +1,116 @@
+// NCCL_MESH_HCA parsing and matching, with NCCL_IB_HCA's semantics so that users can
+// copy a value they already use with NCCL's own IB transport.
+#include "mesh/hca_filter.h"
+
+#include <cctype>
+
+namespace mesh {
+
+namespace {
+
+// IB port numbers are 8-bit and start at 1.
+constexpr int kMaxPort = 255;
+
+std::string trim(const std::string& s) {
+  size_t b = 0;
+  size_t e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+// "1".."255" only: a typo such as "mlx5_0:l" must not silently widen to every port.
+bool parsePort(const std::string& text, int* port) {
+  if (text.empty() || text.size() > 3) return false;
+  int value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value < 1 || value > kMaxPort) return false;
+  *port = value;
+  return true;
+}
+
+void appendError(std::string* error, const std::string& msg) {
+  if (!error) return;
+  if (!error->empty()) *error += "; ";
+  *error += msg;
+}
+
+// Parses one comma-separated entry; false (with a reason in *why) when it is malformed.
+bool parseEntry(const std::string& raw, HcaFilter::Entry* entry, std::string* why) {
+  std::string text = trim(raw);
+  if (text.empty()) {
+    *why = "empty entry";
+    return false;
+  }
+  size_t colon = text.find(':');
+  entry->name = trim(text.substr(0, colon));
+  entry->port = -1;
+  if (entry->name.empty()) {
+    *why = "entry '" + text + "' has no device name";
+    return false;
+  }
+  if (colon != std::string::npos) {
+    std::string port = trim(text.substr(colon + 1));
+    if (!parsePort(port, &entry->port)) {
+      *why = "entry '" + text + "' has port '" + port + "'; a port is a number 1.." +
+             std::to_string(kMaxPort);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+HcaFilter parseHcaFilter(const std::string& spec, std::string* error) {
+  HcaFilter filter;
+  std::string rest = trim(spec);
+  if (!rest.empty() && rest[0] == '^') {
+    filter.exclude = true;
+    rest = trim(rest.substr(1));
+  }
+  if (!rest.empty() && rest[0] == '=') {
+    filter.exact = true;
+    rest = rest.substr(1);
+  }
+  if (trim(rest).empty()) {
+    // "^" or "=" alone names nothing; treating it as "no filter" is the only reading
+    // that does not disable every device, but the user meant something, so say so.
+    if (filter.exclude || filter.exact) {
+      appendError(error, "NCCL_MESH_HCA='" + spec + "' names no device; ignoring it");
+    }
+    return HcaFilter{};
+  }
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t comma = rest.find(',', start);
+    if (comma == std::string::npos) comma = rest.size();
+    HcaFilter::Entry entry;
+    std::string why;
+    if (parseEntry(rest.substr(start, comma - start), &entry, &why)) {
+      filter.entries.push_back(entry);
+    } else {
+      appendError(error, "NCCL_MESH_HCA: " + why + ", skipped");
+    }
+    start = comma + 1;
+  }
+  return filter;
+}
+
+bool hcaMatches(const HcaFilter& filter, const std::string& device, int port) {
+  if (filter.entries.empty()) return true;
+  bool listed = false;
+  for (const HcaFilter::Entry& e : filter.entries) {
+    bool nameOk = filter.exact ? device == e.name : device.compare(0, e.name.size(), e.name) == 0;
+    if (nameOk && (e.port == -1 || e.port == port)) {
+      listed = true;
+      break;
+    }
+  }
+  return filter.exclude ? !listed : listed;
+}
+
+}  // namespace mesh

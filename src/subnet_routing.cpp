@@ -1,0 +1,111 @@
+// Subnet routing: picks the local port(s) cabled to a peer from the addresses alone.
+// Every tie is broken explicitly so the same inputs give the same routes in the same
+// order whatever order discovery listed ports and addresses in: the data path stripes by
+// route index, and a run that is not reproducible cannot be debugged.
+#include "mesh/subnet_routing.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+namespace mesh {
+
+namespace {
+
+uint8_t clampPrefix(uint8_t len) { return len > 32 ? 32 : len; }
+
+// Each side's subnet must contain the other side's address: with mismatched prefixes
+// (a /16 facing a /24) only one end would consider the link on-link otherwise.
+bool pairMatches(const Ipv4Prefix& local, const HandleAddress& peer) {
+  return sameSubnet(local.addr, peer.addr, local.prefixLen) &&
+         sameSubnet(local.addr, peer.addr, peer.prefixLen);
+}
+
+// Lower key = preferred address pair for one physical link.
+auto linkPreference(const Route& r) {
+  return std::make_tuple(-static_cast<int>(r.prefixLen), r.local.addr, r.peerAddr,
+                         r.local.prefixLen, r.gidIndex);
+}
+
+Route makeRoute(const LocalNic& nic, const LocalAddress& local, const HandleAddress& peer) {
+  Route r;
+  r.localNic = nic.index;
+  r.gidIndex = local.gidIndex;
+  r.local = local.ip;
+  r.peerAddr = peer.addr;
+  r.peerNic = peer.nic;
+  r.prefixLen = std::min(clampPrefix(local.ip.prefixLen), clampPrefix(peer.prefixLen));
+  return r;
+}
+
+// The routes one peer address yields: its matches with the longest local prefix, the way
+// the kernel would pick the outgoing interface for it.
+std::vector<Route> routesForPeerAddress(const std::vector<LocalNic>& nics,
+                                        const HandleAddress& peer) {
+  std::vector<Route> best;
+  int bestLocalPrefix = -1;
+  for (const LocalNic& nic : nics) {
+    for (const LocalAddress& local : nic.addrs) {
+      if (!pairMatches(local.ip, peer)) continue;
+      int localPrefix = clampPrefix(local.ip.prefixLen);
+      if (localPrefix < bestLocalPrefix) continue;
+      if (localPrefix > bestLocalPrefix) {
+        best.clear();
+        bestLocalPrefix = localPrefix;
+      }
+      best.push_back(makeRoute(nic, local, peer));
+    }
+  }
+  return best;
+}
+
+std::string describeNoRoute(const std::vector<LocalNic>& nics,
+                            const std::vector<HandleAddress>& peer) {
+  std::string peerText;
+  for (const HandleAddress& a : peer) {
+    if (!peerText.empty()) peerText += ", ";
+    peerText += formatPrefix(Ipv4Prefix{a.addr, a.prefixLen});
+  }
+  std::string localText;
+  for (const LocalNic& nic : nics) {
+    std::string label = nic.label.empty() ? "nic " + std::to_string(nic.index) : nic.label;
+    for (const LocalAddress& a : nic.addrs) {
+      if (!localText.empty()) localText += ", ";
+      localText += formatPrefix(a.ip) + " on " + label;
+    }
+  }
+  if (peerText.empty()) peerText = "no addresses";
+  if (localText.empty()) localText = "no usable port with an IPv4 address";
+  return "no local RoCEv2 port shares a subnet with the peer (peer: " + peerText +
+         "; local: " + localText + "); check the cabling and addresses, or NCCL_MESH_HCA";
+}
+
+}  // namespace
+
+RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer) {
+  // One route per physical link, keyed by (local nic, peer nic): extra addresses on a
+  // netdev are the same cable and must not be striped over as if they were another.
+  std::map<std::pair<int, int>, Route> perLink;
+  for (const HandleAddress& p : peer) {
+    for (const Route& r : routesForPeerAddress(nics, p)) {
+      auto key = std::make_pair(r.localNic, static_cast<int>(r.peerNic));
+      auto it = perLink.find(key);
+      if (it == perLink.end()) {
+        perLink.emplace(key, r);
+      } else if (linkPreference(r) < linkPreference(it->second)) {
+        it->second = r;
+      }
+    }
+  }
+  RouteResult result;
+  for (const auto& entry : perLink) result.routes.push_back(entry.second);
+  std::sort(result.routes.begin(), result.routes.end(), [](const Route& a, const Route& b) {
+    return std::make_tuple(-static_cast<int>(a.prefixLen), a.localNic, a.peerNic) <
+           std::make_tuple(-static_cast<int>(b.prefixLen), b.localNic, b.peerNic);
+  });
+  if (result.routes.empty()) result.error = describeNoRoute(nics, peer);
+  return result;
+}
+
+}  // namespace mesh

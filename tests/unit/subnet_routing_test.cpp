@@ -1,0 +1,321 @@
+#include "mesh/subnet_routing.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <random>
+
+namespace mesh {
+namespace {
+
+// The lab's addressing: link L between nodes i < j is 198.18.L.0/24, node i has
+// .(i+1) and node j has .(j+1). A node's NICs are its links in link order.
+struct Link {
+  int id;
+  int a;
+  int b;
+};
+
+uint32_t linkAddr(const Link& l, int node) {
+  return 0xC6120000u | static_cast<uint32_t>(l.id) << 8 | static_cast<uint32_t>(node + 1);
+}
+
+std::vector<LocalNic> nodeNics(const std::vector<Link>& links, int node) {
+  std::vector<LocalNic> nics;
+  for (const Link& l : links) {
+    if (l.a != node && l.b != node) continue;
+    LocalNic nic;
+    nic.index = static_cast<int>(nics.size());
+    nic.label = "rxe_l" + std::to_string(l.id) + ":1";
+    nic.addrs.push_back({{linkAddr(l, node), 24}, 10 + l.id});
+    nics.push_back(nic);
+  }
+  return nics;
+}
+
+// What `node` puts in its listen handle: every address, tagged with its NIC index.
+std::vector<HandleAddress> nodeHandle(const std::vector<Link>& links, int node) {
+  std::vector<HandleAddress> out;
+  for (const LocalNic& nic : nodeNics(links, node)) {
+    for (const LocalAddress& a : nic.addrs) {
+      out.push_back({a.ip.addr, a.ip.prefixLen, static_cast<uint8_t>(nic.index)});
+    }
+  }
+  return out;
+}
+
+LocalNic nic(int index, const std::string& label, std::vector<const char*> prefixes, int gid = 1) {
+  LocalNic n;
+  n.index = index;
+  n.label = label;
+  for (const char* p : prefixes) {
+    LocalAddress a;
+    EXPECT_TRUE(parsePrefix(p, &a.ip)) << p;
+    a.gidIndex = gid;
+    n.addrs.push_back(a);
+  }
+  return n;
+}
+
+HandleAddress peerAddr(const char* prefix, uint8_t nicIndex) {
+  Ipv4Prefix p;
+  EXPECT_TRUE(parsePrefix(prefix, &p)) << prefix;
+  return {p.addr, p.prefixLen, nicIndex};
+}
+
+int nicOnLink(const std::vector<Link>& links, int node, int linkId) {
+  int index = 0;
+  for (const Link& l : links) {
+    if (l.a != node && l.b != node) continue;
+    if (l.id == linkId) return index;
+    ++index;
+  }
+  return -1;
+}
+
+const std::vector<Link> kTriangle = {{0, 0, 1}, {1, 0, 2}, {2, 1, 2}};
+const std::vector<Link> kRing = {{0, 0, 1}, {1, 1, 2}, {2, 2, 3}, {3, 0, 3}};
+
+TEST(SubnetRouting, TriangleEveryNodeReachesEveryPeerOverItsOwnCable) {
+  for (int self = 0; self < 3; ++self) {
+    for (int peer = 0; peer < 3; ++peer) {
+      if (self == peer) continue;
+      const Link& link = *std::find_if(kTriangle.begin(), kTriangle.end(), [&](const Link& l) {
+        return (l.a == self && l.b == peer) || (l.a == peer && l.b == self);
+      });
+      RouteResult r = routeToPeer(nodeNics(kTriangle, self), nodeHandle(kTriangle, peer));
+      ASSERT_TRUE(r.ok()) << self << "->" << peer << ": " << r.error;
+      ASSERT_EQ(r.routes.size(), 1u) << self << "->" << peer;
+      const Route& route = r.routes[0];
+      EXPECT_EQ(route.localNic, nicOnLink(kTriangle, self, link.id));
+      EXPECT_EQ(route.peerNic, nicOnLink(kTriangle, peer, link.id));
+      EXPECT_EQ(route.local, (Ipv4Prefix{linkAddr(link, self), 24}));
+      EXPECT_EQ(route.peerAddr, linkAddr(link, peer));
+      EXPECT_EQ(route.prefixLen, 24);
+      EXPECT_EQ(route.gidIndex, 10 + link.id);
+      EXPECT_TRUE(r.error.empty());
+    }
+  }
+}
+
+TEST(SubnetRouting, TriangleNodeZeroToNodeTwoUsesLinkOne) {
+  RouteResult r = routeToPeer(nodeNics(kTriangle, 0), nodeHandle(kTriangle, 2));
+  ASSERT_EQ(r.routes.size(), 1u) << r.error;
+  EXPECT_EQ(formatPrefix(r.routes[0].local), "198.18.1.1/24");
+  EXPECT_EQ(formatIpv4(r.routes[0].peerAddr), "198.18.1.3");
+  EXPECT_EQ(r.routes[0].localNic, 1);
+  EXPECT_EQ(r.routes[0].peerNic, 0);
+}
+
+TEST(SubnetRouting, RingNeighboursRouteButTheUncabledDiagonalFailsWithTheFix) {
+  const std::vector<std::pair<int, int>> neighbours = {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 3}};
+  for (auto [self, peer] : neighbours) {
+    RouteResult r = routeToPeer(nodeNics(kRing, self), nodeHandle(kRing, peer));
+    EXPECT_EQ(r.routes.size(), 1u) << self << "->" << peer << ": " << r.error;
+  }
+  RouteResult r = routeToPeer(nodeNics(kRing, 0), nodeHandle(kRing, 2));
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.routes.empty());
+  EXPECT_EQ(r.error,
+            "no local RoCEv2 port shares a subnet with the peer (peer: 198.18.1.3/24, "
+            "198.18.2.3/24; local: 198.18.0.1/24 on rxe_l0:1, 198.18.3.1/24 on rxe_l3:1); "
+            "check the cabling and addresses, or NCCL_MESH_HCA");
+  RouteResult back = routeToPeer(nodeNics(kRing, 2), nodeHandle(kRing, 0));
+  EXPECT_FALSE(back.ok());
+  EXPECT_NE(back.error.find("peer: 198.18.0.1/24, 198.18.3.1/24"), std::string::npos) << back.error;
+}
+
+TEST(SubnetRouting, NoMatchErrorNamesEveryLocalSubnetWithItsLabel) {
+  std::vector<LocalNic> nics = {nic(0, "rxe_p1:1/p1", {"198.18.0.1/24"}),
+                                nic(1, "rxe_p2:1/p2", {"198.18.1.1/24"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.3.2/24", 0), peerAddr("198.18.4.3/24", 1)});
+  EXPECT_EQ(r.error,
+            "no local RoCEv2 port shares a subnet with the peer (peer: 198.18.3.2/24, "
+            "198.18.4.3/24; local: 198.18.0.1/24 on rxe_p1:1/p1, 198.18.1.1/24 on "
+            "rxe_p2:1/p2); check the cabling and addresses, or NCCL_MESH_HCA");
+}
+
+TEST(SubnetRouting, TwoParallelLinksToOnePeerGiveTwoRoutesOnDistinctNics) {
+  const std::vector<Link> links = {{0, 0, 1}, {5, 0, 1}, {1, 0, 2}};
+  RouteResult r = routeToPeer(nodeNics(links, 0), nodeHandle(links, 1));
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].localNic, 0);
+  EXPECT_EQ(r.routes[1].localNic, 1);
+  EXPECT_EQ(r.routes[0].peerNic, 0);
+  EXPECT_EQ(r.routes[1].peerNic, 1);
+  EXPECT_EQ(formatIpv4(r.routes[0].peerAddr), "198.18.0.2");
+  EXPECT_EQ(formatIpv4(r.routes[1].peerAddr), "198.18.5.2");
+}
+
+TEST(SubnetRouting, OverlappingPrefixesPickTheLongestLocalMatch) {
+  std::vector<LocalNic> nics = {nic(0, "wide", {"10.1.0.1/16"}, 3),
+                                nic(1, "narrow", {"10.1.5.1/24"}, 4)};
+  // The peer sees the link as a /16 too: both local NICs would accept it, but like the
+  // kernel only the longest local prefix (the /24) counts.
+  RouteResult both = routeToPeer(nics, {peerAddr("10.1.5.2/16", 0)});
+  ASSERT_EQ(both.routes.size(), 1u) << both.error;
+  EXPECT_EQ(both.routes[0].localNic, 1);
+  EXPECT_EQ(both.routes[0].gidIndex, 4);
+  EXPECT_EQ(both.routes[0].prefixLen, 16) << "min of the two sides";
+
+  // A peer in the /16 but outside the /24 is reached over the /16 NIC only.
+  RouteResult wide = routeToPeer(nics, {peerAddr("10.1.7.2/16", 0)});
+  ASSERT_EQ(wide.routes.size(), 1u) << wide.error;
+  EXPECT_EQ(wide.routes[0].localNic, 0);
+
+  // A /24 peer whose subnet does not hold our /16 address is not on-link from its side.
+  RouteResult narrow = routeToPeer({nics[0]}, {peerAddr("10.1.5.2/24", 0)});
+  EXPECT_FALSE(narrow.ok());
+}
+
+TEST(SubnetRouting, SlashThirtyOneAndSlashThirtyLinks) {
+  std::vector<LocalNic> nics = {nic(0, "p31", {"198.18.0.0/31"}), nic(1, "p30", {"198.18.1.1/30"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.0.1/31", 0), peerAddr("198.18.1.2/30", 1)});
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].prefixLen, 31);
+  EXPECT_EQ(r.routes[0].localNic, 0);
+  EXPECT_EQ(r.routes[1].prefixLen, 30);
+  EXPECT_EQ(r.routes[1].localNic, 1);
+
+  EXPECT_FALSE(routeToPeer(nics, {peerAddr("198.18.0.2/31", 0)}).ok()) << "next /31";
+  EXPECT_FALSE(routeToPeer(nics, {peerAddr("198.18.1.5/30", 0)}).ok()) << "next /30";
+}
+
+TEST(SubnetRouting, SeveralAddressesOnOneNetdevAreOneRoute) {
+  std::vector<LocalNic> nics = {nic(0, "p0", {"198.18.100.1/24", "198.18.0.1/24"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.100.2/24", 0), peerAddr("198.18.0.2/24", 0)});
+  ASSERT_EQ(r.routes.size(), 1u) << r.error;
+  EXPECT_EQ(formatPrefix(r.routes[0].local), "198.18.0.1/24") << "lowest addresses win a tie";
+  EXPECT_EQ(formatIpv4(r.routes[0].peerAddr), "198.18.0.2");
+}
+
+TEST(SubnetRouting, OnOneLinkTheLongestPrefixPairWins) {
+  std::vector<LocalNic> nics = {nic(0, "p0", {"198.18.0.1/24", "198.19.0.1/30"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.0.2/24", 3), peerAddr("198.19.0.2/30", 3)});
+  ASSERT_EQ(r.routes.size(), 1u) << r.error;
+  EXPECT_EQ(r.routes[0].prefixLen, 30);
+  EXPECT_EQ(formatIpv4(r.routes[0].peerAddr), "198.19.0.2");
+  EXPECT_EQ(r.routes[0].peerNic, 3);
+}
+
+TEST(SubnetRouting, PeerWithMoreAddressesThanAHandleHolds) {
+  std::vector<HandleAddress> peer;
+  for (int i = 0; i < 20; ++i) {
+    peer.push_back({0xC6120002u | static_cast<uint32_t>(i) << 8, 24, static_cast<uint8_t>(i)});
+  }
+  Handle h;
+  h.addrs = peer;
+  uint8_t buf[kHandleSize];
+  std::string error;
+  EXPECT_FALSE(encodeHandle(h, buf, &error));
+  EXPECT_NE(error.find("has 20 mesh addresses but a handle holds at most 18"), std::string::npos)
+      << error;
+
+  peer.resize(kHandleMaxAddresses);
+  h.addrs = peer;
+  ASSERT_TRUE(encodeHandle(h, buf, &error)) << error;
+  Handle decoded;
+  ASSERT_TRUE(decodeHandle(buf, sizeof(buf), &decoded, &error)) << error;
+  std::vector<LocalNic> nics = {nic(0, "a", {"198.18.17.1/24"}), nic(1, "b", {"198.18.3.1/24"})};
+  RouteResult r = routeToPeer(nics, decoded.addrs);
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].peerNic, 17);
+  EXPECT_EQ(r.routes[1].peerNic, 3);
+}
+
+TEST(SubnetRouting, NoAddressesOnEitherSideIsAnErrorNotACrash) {
+  RouteResult none = routeToPeer({}, {});
+  EXPECT_FALSE(none.ok());
+  EXPECT_NE(none.error.find("peer: no addresses"), std::string::npos) << none.error;
+  EXPECT_NE(none.error.find("local: no usable port"), std::string::npos) << none.error;
+
+  RouteResult emptyNics = routeToPeer({nic(0, "bare", {})}, {peerAddr("198.18.0.2/24", 0)});
+  EXPECT_FALSE(emptyNics.ok());
+  EXPECT_NE(emptyNics.error.find("peer: 198.18.0.2/24; local: no usable port"), std::string::npos)
+      << emptyNics.error;
+
+  RouteResult noPeer = routeToPeer({nic(0, "p0", {"198.18.0.1/24"})}, {});
+  EXPECT_FALSE(noPeer.ok());
+  EXPECT_NE(noPeer.error.find("198.18.0.1/24 on p0"), std::string::npos) << noPeer.error;
+}
+
+TEST(SubnetRouting, UnlabelledNicsAreNamedByIndex) {
+  RouteResult r = routeToPeer({nic(7, "", {"198.18.0.1/24"})}, {peerAddr("10.0.0.1/8", 0)});
+  EXPECT_NE(r.error.find("198.18.0.1/24 on nic 7"), std::string::npos) << r.error;
+}
+
+TEST(SubnetRouting, PrefixZeroMatchesAnythingButLosesToLongerPrefixes) {
+  std::vector<LocalNic> nics = {nic(0, "any", {"10.0.0.1/0"}), nic(1, "p1", {"198.18.0.1/24"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("192.168.9.9/0", 4), peerAddr("198.18.0.2/24", 5)});
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].localNic, 1);
+  EXPECT_EQ(r.routes[0].prefixLen, 24);
+  EXPECT_EQ(r.routes[1].localNic, 0);
+  EXPECT_EQ(r.routes[1].prefixLen, 0);
+  EXPECT_EQ(r.routes[1].peerNic, 4);
+  // The /0 local address also contains 198.18.0.2, but that peer's /24 does not hold
+  // 10.0.0.1, so the /24 link is not duplicated onto the /0 NIC.
+
+  // A /0 local facing a /24 peer that does not contain it: not on-link from the peer.
+  EXPECT_FALSE(routeToPeer({nics[0]}, {peerAddr("198.18.0.2/24", 0)}).ok());
+}
+
+TEST(SubnetRouting, SlashThirtyTwoOnlyMatchesTheIdenticalAddress) {
+  std::vector<LocalNic> nics = {nic(0, "host", {"198.18.0.1/32"})};
+  EXPECT_FALSE(routeToPeer(nics, {peerAddr("198.18.0.2/32", 0)}).ok());
+  EXPECT_FALSE(routeToPeer(nics, {peerAddr("198.18.0.2/24", 0)}).ok())
+      << "our /32 does not contain the peer";
+  RouteResult self = routeToPeer(nics, {peerAddr("198.18.0.1/32", 0)});
+  ASSERT_EQ(self.routes.size(), 1u) << self.error;
+  EXPECT_EQ(self.routes[0].prefixLen, 32);
+}
+
+TEST(SubnetRouting, UsesTheNicIndexNotTheVectorPosition) {
+  std::vector<LocalNic> nics = {nic(5, "five", {"198.18.0.1/24"}),
+                                nic(3, "three", {"198.18.1.1/24"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.0.2/24", 0), peerAddr("198.18.1.2/24", 1)});
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].localNic, 3);
+  EXPECT_EQ(r.routes[1].localNic, 5);
+}
+
+TEST(SubnetRouting, OrderIsLongestPrefixThenLocalNicThenPeerNic) {
+  std::vector<LocalNic> nics = {nic(0, "a", {"198.18.0.1/24"}), nic(1, "b", {"198.18.1.1/24"}),
+                                nic(2, "c", {"198.18.2.1/30"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.1.2/24", 0), peerAddr("198.18.0.2/24", 1),
+                                     peerAddr("198.18.2.2/30", 2)});
+  ASSERT_EQ(r.routes.size(), 3u) << r.error;
+  EXPECT_EQ(r.routes[0].localNic, 2);
+  EXPECT_EQ(r.routes[1].localNic, 0);
+  EXPECT_EQ(r.routes[2].localNic, 1);
+}
+
+TEST(SubnetRouting, ResultDoesNotDependOnInputOrder) {
+  std::vector<LocalNic> nics = {nic(0, "a", {"198.18.0.1/24", "198.18.9.1/24"}, 1),
+                                nic(1, "b", {"198.18.5.1/24"}, 2),
+                                nic(2, "c", {"198.18.2.1/30"}, 3)};
+  std::vector<HandleAddress> peer = {peerAddr("198.18.9.2/24", 0), peerAddr("198.18.0.2/24", 0),
+                                     peerAddr("198.18.5.2/24", 1), peerAddr("198.18.2.2/30", 2)};
+  RouteResult reference = routeToPeer(nics, peer);
+  ASSERT_EQ(reference.routes.size(), 3u) << reference.error;
+  std::mt19937 rng(12345);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::shuffle(nics.begin(), nics.end(), rng);
+    for (LocalNic& n : nics) std::shuffle(n.addrs.begin(), n.addrs.end(), rng);
+    std::shuffle(peer.begin(), peer.end(), rng);
+    RouteResult r = routeToPeer(nics, peer);
+    ASSERT_EQ(r.routes.size(), reference.routes.size());
+    for (size_t i = 0; i < r.routes.size(); ++i) {
+      EXPECT_EQ(r.routes[i].localNic, reference.routes[i].localNic) << trial << "/" << i;
+      EXPECT_EQ(r.routes[i].peerNic, reference.routes[i].peerNic) << trial << "/" << i;
+      EXPECT_EQ(r.routes[i].local, reference.routes[i].local) << trial << "/" << i;
+      EXPECT_EQ(r.routes[i].peerAddr, reference.routes[i].peerAddr) << trial << "/" << i;
+      EXPECT_EQ(r.routes[i].gidIndex, reference.routes[i].gidIndex) << trial << "/" << i;
+    }
+  }
+  EXPECT_EQ(formatPrefix(reference.routes[1].local), "198.18.0.1/24");
+}
+
+}  // namespace
+}  // namespace mesh
