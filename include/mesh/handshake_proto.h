@@ -1,0 +1,88 @@
+// Handshake wire protocol: the binary messages exchanged over the per-connection TCP
+// control socket while two ranks bring their QPs up. Pure code: encode/parse are
+// unit-tested and fuzzed (the listener parses bytes from anyone who can reach its port).
+//
+// Exchange (connector = NCCL's connect side = data sender; listener = accept side):
+//   connector → listener  HELLO   token, links (addresses, NIC indexes), QPs, control region
+//   listener  → connector ACCEPT  its QPs (already RTS) and control region, or REJECT+reason
+//   connector → listener  READY   connector's QPs are RTS too; both sides hand comms to NCCL
+// The TCP socket then stays open as a liveness signal for the comm's lifetime.
+//
+// Message = Header + body, all little-endian, fixed width:
+//   Header (24 bytes): magic u32 | version u16 | type u16 | length u32 (whole message,
+//                      header included) | reserved u32 (0) | token u64
+//   HELLO/ACCEPT body: nLinks u8 | qpsPerLink u8 | reserved u16 | then nLinks × LinkInfo
+//                      (32 bytes) | then nLinks*qpsPerLink × QpInfo (32 bytes), link-major
+//   LinkInfo: senderAddr u32 | receiverAddr u32 | senderNic u8 | receiverNic u8 |
+//             prefixLen u8 | reserved u8 | ctrlAddr u64 | ctrlRkey u32 | reserved u32 |
+//             reserved u32
+//             ("sender"/"receiver" name the message's author and its recipient)
+//   QpInfo:   qpn u32 | psn u32 | gid[16] | gidIndex u8 | mtu u8 (enum ibv_mtu) |
+//             reserved u16 | reserved u32
+//   READY body: empty.   REJECT body: reason text (UTF-8, not NUL-terminated).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mesh {
+
+constexpr uint32_t kHsMagic = 0x3153484du;  // "MHS1" as little-endian bytes
+constexpr uint16_t kHsVersion = 1;
+constexpr size_t kHsHeaderSize = 24;
+constexpr size_t kHsBodyPrefixSize = 4;
+constexpr size_t kHsLinkSize = 32;
+constexpr size_t kHsQpSize = 32;
+constexpr int kHsMaxLinks = 4;
+constexpr int kHsMaxQpsPerLink = 16;
+constexpr size_t kHsMaxReason = 512;
+constexpr size_t kHsMaxMessage = kHsHeaderSize + kHsBodyPrefixSize + kHsMaxLinks * kHsLinkSize +
+                                 kHsMaxLinks * kHsMaxQpsPerLink * kHsQpSize;
+static_assert(kHsMaxMessage == 2204, "handshake wire format changed");
+
+enum class HsType : uint16_t { Hello = 1, Accept = 2, Ready = 3, Reject = 4 };
+
+struct HsLink {
+  uint32_t senderAddr = 0;
+  uint32_t receiverAddr = 0;
+  uint8_t senderNic = 0;
+  uint8_t receiverNic = 0;
+  uint8_t prefixLen = 0;
+  uint64_t ctrlAddr = 0;
+  uint32_t ctrlRkey = 0;
+};
+
+struct HsQp {
+  uint32_t qpn = 0;  // 24 bits used
+  uint32_t psn = 0;  // 24 bits used
+  uint8_t gid[16] = {};
+  uint8_t gidIndex = 0;
+  uint8_t mtu = 0;   // enum ibv_mtu, 1..5
+};
+
+struct HsMessage {
+  HsType type = HsType::Hello;
+  uint64_t token = 0;
+  int qpsPerLink = 0;
+  std::vector<HsLink> links;   // HELLO/ACCEPT
+  std::vector<HsQp> qps;       // HELLO/ACCEPT: links.size() * qpsPerLink, link-major
+  std::string reason;          // REJECT
+};
+
+// Serializes msg. Fails (with *error) on counts outside the limits or an over-long reason.
+bool encodeHandshake(const HsMessage& msg, std::vector<uint8_t>* out, std::string* error);
+
+// How many bytes the whole message starting at `in` occupies, from its header alone:
+// 0 while fewer than kHsHeaderSize bytes are available; -1 (with *error) when the header is
+// invalid (bad magic/version/type, length below the header or above kHsMaxMessage).
+long handshakeLength(const uint8_t* in, size_t len, std::string* error);
+
+// Parses one complete message of exactly `len` bytes. Rejects, with *error: bad header,
+// length mismatch, counts of 0 or above the limits, qpn/psn above 24 bits, mtu outside
+// 1..5, non-zero reserved fields, READY with a body, REJECT with an over-long reason.
+// Never reads beyond in[len).
+bool parseHandshake(const uint8_t* in, size_t len, HsMessage* out, std::string* error);
+
+}  // namespace mesh
