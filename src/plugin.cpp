@@ -40,13 +40,19 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
     }
   }
   buildNetDevices();
+  buildConnectionMachinery();
   initialized_ = true;
   return ncclSuccess;
 }
 
 void Plugin::shutdown() {
   std::lock_guard<std::mutex> lock(initMutex_);
+  // Reverse order of construction: the reactor first (its handlers hold pending handshakes
+  // and their half-built comms), then what the comms used, then the devices.
   reactor_.stop();
+  handshakers_.clear();
+  transports_.clear();
+  registry_.reset();
   netDevices_.clear();
   discovery_.devices.clear();  // closes PDs and contexts
   discovery_.ports.clear();
@@ -107,6 +113,43 @@ void Plugin::buildNetDevices() {
                 p.label().c_str(), formatPrefix(a.ip).c_str(), a.gidIndex, p.mtuBytes,
                 p.speedMbps);
     }
+  }
+}
+
+CommSettings Plugin::commSettings() const {
+  CommSettings s;
+  s.qpsPerLink = config_.qpsPerConn;
+  s.splitMin = config_.splitMin;
+  s.maxWrBytes = config_.chunkSize;
+  for (const MeshPort& p : discovery_.ports) {
+    if (p.maxMsgSize > 0 && p.maxMsgSize < s.maxWrBytes) s.maxWrBytes = p.maxMsgSize;
+  }
+  s.mtuCap = config_.mtu;
+  s.forceFlush = config_.forceFlush;
+  s.gdrFlushDisable = config_.gdrFlushDisable;
+  s.tuning.timeout = config_.ibTimeout;
+  s.tuning.retryCnt = config_.ibRetryCnt;
+  s.tuning.rnrRetry = config_.ibRnrRetry;
+  s.tuning.trafficClass = config_.trafficClass;
+  s.tuning.serviceLevel = config_.serviceLevel;
+  return s;
+}
+
+void Plugin::buildConnectionMachinery() {
+  if (netDevices_.empty()) return;
+  std::vector<Registrar> registrars;
+  for (const auto& dev : discovery_.devices) registrars.push_back(verbsRegistrar(dev.get()));
+  registry_ = std::make_unique<MrRegistry>(std::move(registrars));
+  HandshakeSettings hs;
+  hs.timeoutMs = config_.connectTimeoutMs;
+  hs.listenAny = config_.listenAddr == "any";
+  hs.portMin = config_.portMin;
+  hs.portMax = config_.portMax;
+  for (const NetDevice& d : netDevices_) {
+    std::vector<int> filter;
+    if (config_.devices == DeviceMode::Port) filter = d.ports;
+    transports_.push_back(std::make_unique<RdmaTransport>(&discovery_, commSettings(), filter));
+    handshakers_.push_back(std::make_unique<Handshaker>(&reactor_, transports_.back().get(), hs));
   }
 }
 

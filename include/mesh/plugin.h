@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "err.h"
+#include "mesh/comm.h"
 #include "mesh/config.h"
+#include "mesh/handshake.h"
+#include "mesh/mr_cache.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/reactor.h"
 #include "mesh/verbs_loader.h"
@@ -53,11 +56,19 @@ class Plugin {
   const VerbsApi& verbs() const { return verbs_; }
   const Discovery& discovery() const { return discovery_; }
   Reactor& reactor() { return reactor_; }
+  // Connection machinery, one per NCCL device (they share the reactor); nullptr when the
+  // node has no usable port. `dev` must be valid (checked by the caller via device()).
+  Handshaker* handshakerFor(int dev) { return handshakers_.at(static_cast<size_t>(dev)).get(); }
+  Transport* transport(int dev) { return transports_.at(static_cast<size_t>(dev)).get(); }
+  Handshaker* handshaker() { return handshakers_.empty() ? nullptr : handshakers_[0].get(); }
+  MrRegistry* registry() { return registry_.get(); }
 
  private:
   Plugin() = default;
   void buildNetDevices();
   void logSettings() const;
+  void buildConnectionMachinery();
+  CommSettings commSettings() const;
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
   bool initialized_ = false;
@@ -66,6 +77,9 @@ class Plugin {
   Discovery discovery_;
   std::vector<NetDevice> netDevices_;
   Reactor reactor_;
+  std::unique_ptr<MrRegistry> registry_;
+  std::vector<std::unique_ptr<RdmaTransport>> transports_;
+  std::vector<std::unique_ptr<Handshaker>> handshakers_;
 };
 
 }  // namespace mesh

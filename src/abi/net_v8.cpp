@@ -5,7 +5,9 @@
 #include <exception>
 #include <new>
 
+#include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/net.h"
 #include "mesh/plugin.h"
 #include "net_v8.h"
 
@@ -83,26 +85,160 @@ ncclResult_t v8GetProperties(int dev, ncclNetProperties_v8_t* props) {
   });
 }
 
-ncclResult_t v8NotYet(const char* what) {
-  MESH_WARN("%s is not implemented yet", what);
-  return ncclInternalError;
+// v8 passes sizes as int; negative sizes are caller bugs.
+ncclResult_t v8Listen(int dev, void* handle, void** listenComm) {
+  MESH_ABI_NOT_NULL(handle, "listen");
+  MESH_ABI_NOT_NULL(listenComm, "listen");
+  return guarded("listen", [&] {
+    *listenComm = nullptr;
+    MESH_CHECK(requireInit("listen"));
+    ListenComm* lc = nullptr;
+    MESH_CHECK(netListen(dev, handle, &lc));
+    *listenComm = lc;
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t v8Listen(int, void*, void**) { return v8NotYet("listen"); }
-ncclResult_t v8Connect(int, void*, void**, ncclNetDeviceHandle_v8_t**) { return v8NotYet("connect"); }
-ncclResult_t v8Accept(void*, void**, ncclNetDeviceHandle_v8_t**) { return v8NotYet("accept"); }
-ncclResult_t v8RegMr(void*, void*, size_t, int, void**) { return v8NotYet("regMr"); }
-ncclResult_t v8RegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void**) {
-  return v8NotYet("regMrDmaBuf");
+ncclResult_t v8Connect(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v8_t** sendDevComm) {
+  MESH_ABI_NOT_NULL(handle, "connect");
+  MESH_ABI_NOT_NULL(sendComm, "connect");
+  return guarded("connect", [&] {
+    *sendComm = nullptr;
+    if (sendDevComm != nullptr) *sendDevComm = nullptr;  // HOST device type
+    MESH_CHECK(requireInit("connect"));
+    SendComm* sc = nullptr;
+    MESH_CHECK(netConnect(dev, handle, &sc));
+    *sendComm = sc;
+    return ncclSuccess;
+  });
 }
-ncclResult_t v8DeregMr(void*, void*) { return v8NotYet("deregMr"); }
-ncclResult_t v8Isend(void*, void*, int, int, void*, void**) { return v8NotYet("isend"); }
-ncclResult_t v8Irecv(void*, int, void**, int*, int*, void**, void**) { return v8NotYet("irecv"); }
-ncclResult_t v8Iflush(void*, int, void**, int*, void**, void**) { return v8NotYet("iflush"); }
-ncclResult_t v8Test(void*, int*, int*) { return v8NotYet("test"); }
-ncclResult_t v8CloseSend(void*) { return v8NotYet("closeSend"); }
-ncclResult_t v8CloseRecv(void*) { return v8NotYet("closeRecv"); }
-ncclResult_t v8CloseListen(void*) { return v8NotYet("closeListen"); }
+
+ncclResult_t v8Accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t** recvDevComm) {
+  MESH_ABI_NOT_NULL(listenComm, "accept");
+  MESH_ABI_NOT_NULL(recvComm, "accept");
+  return guarded("accept", [&] {
+    *recvComm = nullptr;
+    if (recvDevComm != nullptr) *recvDevComm = nullptr;
+    RecvComm* rc = nullptr;
+    MESH_CHECK(netAccept(static_cast<ListenComm*>(listenComm), &rc));
+    *recvComm = rc;
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t v8RegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  MESH_ABI_NOT_NULL(mhandle, "regMr");
+  return guarded("regMr", [&] {
+    MrHandle* mh = nullptr;
+    MESH_CHECK(netRegMr(comm, data, size, type, -1, 0, &mh));
+    *mhandle = mh;
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t v8RegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) {
+  MESH_ABI_NOT_NULL(mhandle, "regMrDmaBuf");
+  return guarded("regMrDmaBuf", [&] {
+    MrHandle* mh = nullptr;
+    MESH_CHECK(netRegMr(comm, data, size, type, fd, offset, &mh));
+    *mhandle = mh;
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t v8DeregMr(void*, void* mhandle) {
+  MESH_ABI_NOT_NULL(mhandle, "deregMr");
+  return guarded("deregMr", [&] { return netDeregMr(static_cast<MrHandle*>(mhandle)); });
+}
+
+ncclResult_t v8Isend(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+  MESH_ABI_NOT_NULL(sendComm, "isend");
+  MESH_ABI_NOT_NULL(request, "isend");
+  if (size < 0) {
+    MESH_WARN("isend: negative size %d", size);
+    return ncclInvalidArgument;
+  }
+  return guarded("isend", [&] {
+    Request* req = nullptr;
+    ncclResult_t r = netIsend(static_cast<SendComm*>(sendComm), data, static_cast<size_t>(size), tag,
+                              static_cast<MrHandle*>(mhandle), &req);
+    *request = req;
+    return r;
+  });
+}
+
+ncclResult_t v8Irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                     void** request) {
+  MESH_ABI_NOT_NULL(recvComm, "irecv");
+  MESH_ABI_NOT_NULL(request, "irecv");
+  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || tags == nullptr || mhandles == nullptr) {
+    MESH_WARN("irecv: invalid arguments (n=%d, arrays must be non-NULL)", n);
+    return ncclInvalidArgument;
+  }
+  return guarded("irecv", [&] {
+    size_t wide[kMaxRecvs];
+    for (int i = 0; i < n; ++i) {
+      if (sizes[i] < 0) {
+        MESH_WARN("irecv: negative size %d", sizes[i]);
+        return ncclInvalidArgument;
+      }
+      wide[i] = static_cast<size_t>(sizes[i]);
+    }
+    Request* req = nullptr;
+    ncclResult_t r = netIrecv(static_cast<RecvComm*>(recvComm), n, data, wide, tags,
+                              reinterpret_cast<MrHandle* const*>(mhandles), &req);
+    *request = req;
+    return r;
+  });
+}
+
+ncclResult_t v8Iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  MESH_ABI_NOT_NULL(recvComm, "iflush");
+  MESH_ABI_NOT_NULL(request, "iflush");
+  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || mhandles == nullptr) {
+    MESH_WARN("iflush: invalid arguments (n=%d)", n);
+    return ncclInvalidArgument;
+  }
+  return guarded("iflush", [&] {
+    Request* req = nullptr;
+    ncclResult_t r = netIflush(static_cast<RecvComm*>(recvComm), n, data, sizes,
+                               reinterpret_cast<MrHandle* const*>(mhandles), &req);
+    *request = req;
+    return r;
+  });
+}
+
+ncclResult_t v8Test(void* request, int* done, int* sizes) {
+  MESH_ABI_NOT_NULL(request, "test");
+  MESH_ABI_NOT_NULL(done, "test");
+  return guarded("test", [&] {
+    size_t wide[kMaxRecvs] = {};
+    int n = 0;
+    ncclResult_t r = netTest(static_cast<Request*>(request), done, wide, &n);
+    // NCCL passes one int for a send and n for a grouped receive: write exactly n. v8 sizes
+    // are int on both sides, so they fit.
+    if (r == ncclSuccess && *done && sizes != nullptr) {
+      for (int i = 0; i < n; ++i) sizes[i] = static_cast<int>(wide[i]);
+    }
+    return r;
+  });
+}
+
+ncclResult_t v8CloseSend(void* sendComm) {
+  MESH_ABI_NOT_NULL(sendComm, "closeSend");
+  return guarded("closeSend", [&] { return netCloseSend(static_cast<SendComm*>(sendComm)); });
+}
+
+ncclResult_t v8CloseRecv(void* recvComm) {
+  MESH_ABI_NOT_NULL(recvComm, "closeRecv");
+  return guarded("closeRecv", [&] { return netCloseRecv(static_cast<RecvComm*>(recvComm)); });
+}
+
+ncclResult_t v8CloseListen(void* listenComm) {
+  MESH_ABI_NOT_NULL(listenComm, "closeListen");
+  return guarded("closeListen", [&] { return netCloseListen(static_cast<ListenComm*>(listenComm)); });
+}
 
 ncclResult_t v8GetDeviceMr(void*, void*, void** dptr) {
   // HOST device type: there is no device-side handle.

@@ -1,0 +1,249 @@
+// Data-path comms: the receiver-driven FIFO protocol over RC QPs.
+//
+// Protocol (one grouped receive = one FIFO slot, seq = per-comm counter, slot = seq % 32):
+//  1. irecv posts one RECV per QP (for the completion immediates), fills n FifoSlots in its
+//     local staging area and RDMA-WRITEs them into the sender's FIFO[slot].
+//  2. isend waits (returning a NULL request) until FIFO[slot] holds seq+1 in both seqHead
+//     and seqTail of every slot of the group, then matches its tag to a slot; once all n
+//     sends of the group are there it RDMA-WRITEs the data, split over the comm's QPs
+//     (128-byte aligned chunks above NCCL_MESH_SPLIT_MIN) and across parallel links.
+//  3. The last WR of the group on every QP carries an immediate: the byte count when n==1
+//     and it fits 31 bits; otherwise (grouped receive, or a send of 2 GiB or more) the
+//     immediate is kImmViaSizes and QP 0's last WR writes the sizes into the receiver's
+//     sizes[slot], so they are in place before the receiver counts that completion.
+//  4. The receive completes when every QP's immediate arrived; the send when every QP's
+//     signaled final WR completed.
+//
+// Remote-written memory (who writes, who reads):
+//  - SendCtrl::fifo: written by the RECEIVER's NIC, read by the sender's CPU. A slot is
+//    accepted only when seqHead and seqTail (first and last 8 bytes) both equal seq+1; the
+//    NIC places a message's bytes in order, so a half-written slot never validates. Reads go
+//    through volatile loads followed by an acquire fence before the other fields.
+//  - RecvCtrl::sizes: written by the SENDER's NIC before the final immediate on QP 0; read
+//    by the receiver's CPU only after that completion was polled (the CQE orders it).
+//  - RecvCtrl::flushWord: target of the GPUDirect flush READ; its value is never used.
+//
+// Threads: a comm is used by one NCCL thread at a time; nothing here locks. `control` is
+// the only field another thread (the reactor) writes (atomic).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "err.h"
+#include "mesh/handshake_proto.h"
+#include "mesh/mr_cache.h"
+#include "mesh/nic_discovery.h"
+#include "mesh/qp.h"
+#include "mesh/transport.h"
+#include "mesh/wr_id.h"
+
+namespace mesh {
+
+constexpr int kFifoDepth = 32;       // NCCL_NET_MAX_REQUESTS
+constexpr int kGroupMax = 8;         // maxRecvs
+constexpr int kMaxLinks = kHsMaxLinks;
+constexpr int kMaxQps = 16;          // per comm, over all links
+constexpr int kRequestPool = 2 * kFifoDepth;
+constexpr int kMaxBatch = 32;        // WRs per ibv_post_send call
+constexpr int kSendQueueDepth = 128; // per data QP
+constexpr int kChunkAlign = 128;
+constexpr uint32_t kImmViaSizes = 0xffffffffu;  // immediate: "read sizes[slot]"
+
+struct alignas(64) FifoSlot {
+  uint64_t seqHead;            // seq + 1; first field written
+  uint64_t addr;               // receive buffer
+  uint32_t rkeys[kMaxLinks];   // its rkey on each link's device
+  uint64_t size;               // receive buffer size
+  int32_t tag;
+  int32_t nreqs;               // buffers in this grouped receive (same in each slot)
+  uint64_t reserved;
+  uint64_t seqTail;            // seq + 1; last field written
+};
+static_assert(sizeof(FifoSlot) == 64, "FIFO slot is one cache line");
+static_assert(offsetof(FifoSlot, seqTail) == 56, "seqTail must be the slot's last word");
+
+struct SendCtrl {
+  FifoSlot fifo[kFifoDepth][kGroupMax];           // remote-written by the receiver
+  uint64_t sizesStage[kFifoDepth][kGroupMax];     // local source of the sizes write
+};
+struct RecvCtrl {
+  uint64_t sizes[kFifoDepth][kGroupMax];          // remote-written by the sender
+  FifoSlot stage[kFifoDepth][kGroupMax];          // local source of the slot writes
+  uint64_t flushWord;
+};
+
+class Comm;
+
+struct Request {
+  enum class Kind : uint8_t { Free, Send, Recv, Flush };
+  Kind kind = Kind::Free;
+  uint16_t index = 0;
+  uint16_t gen = 0;
+  Comm* comm = nullptr;
+  int pending = 0;               // completions still expected
+  int n = 1;
+  int slot = 0;
+  size_t sizes[kGroupMax] = {};
+  bool viaSizes = false;         // recv: the sender wrote the sizes array
+  // Send only.
+  const char* data = nullptr;
+  size_t size = 0;
+  const MrHandle* mh = nullptr;
+  int slotPos = 0;               // which buffer of the grouped receive
+};
+
+struct CommSettings {
+  int qpsPerLink = 1;
+  size_t splitMin = 65536;
+  size_t maxWrBytes = 1u << 30;
+  int mtuCap = 0;
+  bool forceFlush = false;       // flush host memory too (tests)
+  bool gdrFlushDisable = false;
+  QpTuning tuning;
+};
+
+// Everything both comm kinds own: links, QPs, CQs, control region, request pool.
+class Comm : public PreparedConn {
+ public:
+  Comm(bool sender, const Discovery* disc, CommSettings settings);
+  ~Comm() override;
+
+  ncclResult_t prepare(const std::vector<Route>& routes, HsMessage* local);
+  ncclResult_t activate(const HsMessage& remote);
+  ncclResult_t test(Request* req, int* done, size_t* sizes);
+  // QPs to ERR, drain, destroy. Safe with requests in flight.
+  void close();
+  bool sender() const { return sender_; }
+
+ protected:
+  struct Link {
+    Route route;
+    const MeshPort* port = nullptr;
+    int devSlot = 0;
+    uint64_t remoteCtrl = 0;
+    uint32_t remoteRkey = 0;
+    uint8_t gid[16] = {};
+  };
+  struct DevSlot {
+    const VerbsDevice* dev = nullptr;
+    int deviceIndex = 0;
+    CompletionQueue cq;
+    ibv_mr* ctrlMr = nullptr;
+  };
+  struct Qp {
+    QueuePair qp;
+    int link = 0;
+    int devSlot = 0;
+    int credits = 0;
+    uint16_t batches[kSendQueueDepth] = {};  // WR counts of signaled batches in flight
+    int batchHead = 0, batchTail = 0;
+  };
+
+  Request* allocRequest(Request::Kind kind);
+  void freeRequest(Request* r);
+  ncclResult_t progress();
+  ncclResult_t health(const Request* waiting) const;
+  ncclResult_t postBatch(int q, int count);
+  void fail(const std::string& why, ncclResult_t code);
+  virtual void onCompletion(const ibv_wc& wc) = 0;
+  ncclResult_t completionError(const ibv_wc& wc);
+
+  const bool sender_;
+  const Discovery* disc_;
+  const CommSettings settings_;
+  std::vector<Link> links_;
+  DevSlot devs_[kMaxLinks];
+  int ndevs_ = 0;
+  Qp qps_[kMaxQps];
+  int nqps_ = 0;
+  void* ctrlMem_ = nullptr;
+  size_t ctrlSize_ = 0;
+  uint64_t seq_ = 0;
+  Request reqs_[kRequestPool];
+  Request* freeList_[kRequestPool];
+  int nfree_ = 0;
+  ncclResult_t failure_ = ncclSuccess;
+  std::string failureText_;
+  bool closed_ = false;
+  ibv_send_wr wrs_[kMaxBatch] = {};
+  ibv_sge sges_[kMaxBatch] = {};
+
+ private:
+  ncclResult_t createDevSlots();
+  ncclResult_t createQps();
+  virtual ncclResult_t createExtra() { return ncclSuccess; }
+  virtual ncclResult_t activateExtra() { return ncclSuccess; }
+  virtual void describeCtrl(uint64_t* addr) const = 0;
+};
+
+class SendComm : public Comm {
+ public:
+  SendComm(const Discovery* disc, CommSettings settings);
+  ncclResult_t isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out);
+
+ private:
+  struct Cursor {
+    int r = 0;
+    size_t off = 0;
+    bool done = false;
+  };
+  struct Group {
+    int nreqs = 0;        // 0: slot idle
+    int assigned = 0;
+    int pendingQps = 0;   // final WRs not yet completed
+    Request* reqs[kGroupMax] = {};
+    Cursor cursor[kMaxQps];
+  };
+  SendCtrl* ctrl() const { return static_cast<SendCtrl*>(ctrlMem_); }
+  void describeCtrl(uint64_t* addr) const override;
+  void onCompletion(const ibv_wc& wc) override;
+  bool slotArrived(int slot, int pos, uint64_t expect) const;
+  ncclResult_t pump();
+  ncclResult_t postShare(int slot, int q, bool* finished);
+  void shareOf(const Request* r, int q, size_t* lo, size_t* hi) const;
+
+  Group groups_[kFifoDepth];
+  int postQueue_[kFifoDepth] = {};
+  int postHead_ = 0, postCount_ = 0;
+};
+
+class RecvComm : public Comm {
+ public:
+  RecvComm(const Discovery* disc, CommSettings settings);
+  ncclResult_t irecv(int n, void** data, const size_t* sizes, const int* tags, MrHandle* const* mh,
+                     Request** out);
+  ncclResult_t iflush(int n, void** data, const int* sizes, MrHandle* const* mh, Request** out);
+
+ private:
+  RecvCtrl* ctrl() const { return static_cast<RecvCtrl*>(ctrlMem_); }
+  void describeCtrl(uint64_t* addr) const override;
+  void onCompletion(const ibv_wc& wc) override;
+  ncclResult_t createExtra() override;
+  ncclResult_t activateExtra() override;
+
+  Request* slotOwner_[kFifoDepth] = {};
+  QueuePair flushQp_;
+  int flushCredits_ = 0;
+};
+
+// The Transport the handshake uses in production: builds SendComm/RecvComm objects.
+class RdmaTransport : public Transport {
+ public:
+  RdmaTransport(const Discovery* disc, CommSettings settings, std::vector<int> portFilter = {});
+  std::vector<LocalNic> localNics() const override;
+  ncclResult_t prepare(bool sender, const std::vector<Route>& routes,
+                       std::unique_ptr<PreparedConn>* out, HsMessage* local) override;
+  ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) override;
+
+ private:
+  const Discovery* disc_;
+  CommSettings settings_;
+  std::vector<int> portFilter_;
+};
+
+}  // namespace mesh

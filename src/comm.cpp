@@ -1,0 +1,346 @@
+// Comm lifecycle shared by both directions: resources, activation, completion polling,
+// error reporting, teardown. The per-direction protocol is in datapath_send/recv.cpp.
+#include "mesh/comm.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "mesh/check.h"
+#include "mesh/log.h"
+
+namespace mesh {
+
+Comm::Comm(bool sender, const Discovery* disc, CommSettings settings)
+    : sender_(sender), disc_(disc), settings_(settings) {
+  for (int i = 0; i < kRequestPool; ++i) {
+    reqs_[i].index = static_cast<uint16_t>(i);
+    reqs_[i].comm = this;
+    freeList_[nfree_++] = &reqs_[kRequestPool - 1 - i];
+  }
+}
+
+Comm::~Comm() { close(); }
+
+Request* Comm::allocRequest(Request::Kind kind) {
+  if (nfree_ == 0) return nullptr;
+  Request* r = freeList_[--nfree_];
+  r->kind = kind;
+  r->gen = static_cast<uint16_t>(r->gen + 1);
+  r->pending = 0;
+  r->n = 1;
+  r->viaSizes = false;
+  return r;
+}
+
+void Comm::freeRequest(Request* r) {
+  r->kind = Request::Kind::Free;
+  freeList_[nfree_++] = r;
+}
+
+// --- setup -------------------------------------------------------------------------------
+
+ncclResult_t Comm::prepare(const std::vector<Route>& routes, HsMessage* local) {
+  MESH_REQUIRE(!routes.empty() && routes.size() <= static_cast<size_t>(kMaxLinks), ncclInternalError,
+               "connection needs 1..%d links, got %zu", kMaxLinks, routes.size());
+  for (const Route& r : routes) {
+    Link l;
+    l.route = r;
+    l.port = &disc_->ports.at(static_cast<size_t>(r.localNic));
+    for (const PortAddress& a : l.port->addrs) {
+      if (a.gidIndex == r.gidIndex) memcpy(l.gid, a.gid, 16);
+    }
+    links_.push_back(l);
+  }
+  ctrlSize_ = (std::max(sizeof(SendCtrl), sizeof(RecvCtrl)) + 4095) & ~size_t{4095};
+  ctrlMem_ = aligned_alloc(4096, ctrlSize_);
+  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", ctrlSize_);
+  memset(ctrlMem_, 0, ctrlSize_);
+  MESH_CHECK(createDevSlots());
+  MESH_CHECK(createQps());
+  MESH_CHECK(createExtra());
+
+  uint64_t ctrlAddr = 0;
+  describeCtrl(&ctrlAddr);
+  local->qpsPerLink = settings_.qpsPerLink;
+  local->links.clear();
+  local->qps.clear();
+  for (const Link& l : links_) {
+    HsLink hl;
+    hl.senderAddr = l.route.local.addr;
+    hl.receiverAddr = l.route.peerAddr;
+    hl.senderNic = static_cast<uint8_t>(l.route.localNic);
+    hl.receiverNic = l.route.peerNic;
+    hl.prefixLen = l.route.prefixLen;
+    hl.ctrlAddr = ctrlAddr;
+    hl.ctrlRkey = devs_[l.devSlot].ctrlMr->rkey;
+    local->links.push_back(hl);
+  }
+  for (int q = 0; q < nqps_; ++q) {
+    const Link& l = links_[qps_[q].link];
+    HsQp hq;
+    hq.qpn = qps_[q].qp.qpn();
+    hq.psn = qps_[q].qp.psn();
+    memcpy(hq.gid, l.gid, 16);
+    hq.gidIndex = static_cast<uint8_t>(l.route.gidIndex);
+    int mtu = l.port->activeMtu;
+    if (settings_.mtuCap > 0) mtu = std::min(mtu, bytesToMtu(settings_.mtuCap));
+    hq.mtu = static_cast<uint8_t>(mtu);
+    local->qps.push_back(hq);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t Comm::createDevSlots() {
+  for (size_t i = 0; i < links_.size(); ++i) {
+    int dev = links_[i].port->deviceIndex;
+    int slot = -1;
+    for (int s = 0; s < ndevs_; ++s) {
+      if (devs_[s].deviceIndex == dev) slot = s;
+    }
+    if (slot < 0) {
+      slot = ndevs_++;
+      devs_[slot].deviceIndex = dev;
+      devs_[slot].dev = disc_->devices.at(static_cast<size_t>(dev)).get();
+    }
+    links_[i].devSlot = slot;
+  }
+  int qpsPerDev = settings_.qpsPerLink * static_cast<int>(links_.size()) + 1;  // + flush QP
+  for (int s = 0; s < ndevs_; ++s) {
+    DevSlot& d = devs_[s];
+    // Every QP can have its whole send and receive queue complete at once: the CQ is sized
+    // so it can never overflow, whatever the posting pattern.
+    MESH_CHECK(d.cq.create(d.dev, qpsPerDev * (kSendQueueDepth + 2 * kFifoDepth) + 16));
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    d.ctrlMr = d.dev->api().regMr(d.dev->pd(), ctrlMem_, ctrlSize_, access);
+    MESH_REQUIRE(d.ctrlMr != nullptr, ncclSystemError,
+                 "registering %zu bytes of control memory on %s failed: %s (check `ulimit -l`)",
+                 ctrlSize_, d.dev->name().c_str(), strerror(errno));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t Comm::createQps() {
+  int total = settings_.qpsPerLink * static_cast<int>(links_.size());
+  MESH_REQUIRE(total <= kMaxQps, ncclInvalidUsage,
+               "%d links x NCCL_MESH_QPS_PER_CONN=%d = %d QPs exceeds the per-comm limit of %d",
+               static_cast<int>(links_.size()), settings_.qpsPerLink, total, kMaxQps);
+  QpCaps caps;
+  caps.maxSendWr = sender_ ? kSendQueueDepth : 2 * kFifoDepth;
+  caps.maxRecvWr = sender_ ? 1 : 2 * kFifoDepth;
+  // Link-major, so a receiver's QP k pairs with the sender's QP k.
+  for (size_t l = 0; l < links_.size(); ++l) {
+    for (int i = 0; i < settings_.qpsPerLink; ++i) {
+      Qp& q = qps_[nqps_++];
+      q.link = static_cast<int>(l);
+      q.devSlot = links_[l].devSlot;
+      q.credits = caps.maxSendWr;
+      MESH_CHECK(q.qp.create(devs_[q.devSlot].dev, links_[l].port->port, devs_[q.devSlot].cq.get(), caps));
+      MESH_CHECK(q.qp.toInit());
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t Comm::activate(const HsMessage& remote) {
+  MESH_REQUIRE(remote.links.size() == links_.size() && remote.qpsPerLink == settings_.qpsPerLink &&
+                   remote.qps.size() == static_cast<size_t>(nqps_),
+               ncclRemoteError,
+               "peer %s describes %zu links x %d QPs, we have %zu x %d (NCCL_MESH_QPS_PER_CONN must "
+               "match on all ranks)",
+               peer.c_str(), remote.links.size(), remote.qpsPerLink, links_.size(), settings_.qpsPerLink);
+  for (size_t l = 0; l < links_.size(); ++l) {
+    links_[l].remoteCtrl = remote.links[l].ctrlAddr;
+    links_[l].remoteRkey = remote.links[l].ctrlRkey;
+  }
+  for (int q = 0; q < nqps_; ++q) {
+    const Link& l = links_[qps_[q].link];
+    const HsQp& r = remote.qps[q];
+    QpRemote rem;
+    rem.qpn = r.qpn;
+    rem.psn = r.psn;
+    memcpy(rem.gid, r.gid, 16);
+    rem.localGidIndex = l.route.gidIndex;
+    rem.mtu = std::min<int>(r.mtu, l.port->activeMtu);
+    if (settings_.mtuCap > 0) rem.mtu = std::min(rem.mtu, bytesToMtu(settings_.mtuCap));
+    MESH_CHECK(qps_[q].qp.toRtr(rem, settings_.tuning));
+    MESH_CHECK(qps_[q].qp.toRts(settings_.tuning));
+    if (q % settings_.qpsPerLink == 0) {
+      MESH_INFO(NCCL_INIT | NCCL_NET,
+                "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d",
+                sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
+                l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
+                qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink);
+    }
+  }
+  return activateExtra();
+}
+
+// --- completions and errors --------------------------------------------------------------
+
+ncclResult_t Comm::postBatch(int q, int count) {
+  if (count == 0) return ncclSuccess;
+  for (int i = 0; i < count; ++i) wrs_[i].next = i + 1 < count ? &wrs_[i + 1] : nullptr;
+  wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
+  Qp& qp = qps_[q];
+  ibv_send_wr* bad = nullptr;
+  int rc = ibv_post_send(qp.qp.get(), wrs_, &bad);
+  if (rc != 0) {
+    fail("ibv_post_send on " + qp.qp.deviceName() + " QPN " + std::to_string(qp.qp.qpn()) + " failed: " +
+             strerror(rc),
+         ncclSystemError);
+    return failure_;
+  }
+  qp.credits -= count;
+  qp.batches[qp.batchTail] = static_cast<uint16_t>(count);
+  qp.batchTail = (qp.batchTail + 1) % kSendQueueDepth;
+  return ncclSuccess;
+}
+
+void Comm::fail(const std::string& why, ncclResult_t code) {
+  if (failure_ != ncclSuccess) return;
+  failure_ = code;
+  failureText_ = why;
+  MESH_WARN("%s comm with %s failed: %s", sender_ ? "send" : "recv", peer.c_str(), why.c_str());
+}
+
+ncclResult_t Comm::completionError(const ibv_wc& wc) {
+  WrId id = decodeWrId(wc.wr_id);
+  const Qp* qp = nullptr;
+  for (int q = 0; q < nqps_; ++q) {
+    if (qps_[q].qp.qpn() == wc.qp_num) qp = &qps_[q];
+  }
+  std::string where = qp != nullptr ? links_[qp->link].port->label() + " local GID " +
+                                          gidText(links_[qp->link].gid)
+                                    : std::string("flush QP");
+  char buf[512];
+  snprintf(buf, sizeof(buf),
+           "work completion error '%s' (status %d, vendor error 0x%x) for wr kind %d on QPN %u (%s), "
+           "peer %s",
+           disc_->devices.empty() ? "?" : disc_->devices[0]->api().wcStatusStr(wc.status), wc.status,
+           wc.vendor_err, static_cast<int>(id.kind), wc.qp_num, where.c_str(), peer.c_str());
+  bool remote = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
+                wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_OP_ERR ||
+                wc.status == IBV_WC_REM_INV_REQ_ERR || wc.status == IBV_WC_WR_FLUSH_ERR;
+  fail(buf, remote ? ncclRemoteError : ncclSystemError);
+  return failure_;
+}
+
+ncclResult_t Comm::progress() {
+  ibv_wc wcs[16];
+  for (int s = 0; s < ndevs_; ++s) {
+    for (;;) {
+      int n = ibv_poll_cq(devs_[s].cq.get(), 16, wcs);
+      if (n < 0) {
+        fail("ibv_poll_cq failed on " + devs_[s].dev->name(), ncclSystemError);
+        return failure_;
+      }
+      for (int i = 0; i < n; ++i) {
+        if (wcs[i].status != IBV_WC_SUCCESS) {
+          if (!closed_) completionError(wcs[i]);
+          continue;
+        }
+        onCompletion(wcs[i]);
+      }
+      if (n < 16) break;
+    }
+  }
+  return failure_;
+}
+
+ncclResult_t Comm::health(const Request* waiting) const {
+  (void)waiting;
+  return failure_;
+}
+
+ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
+  *done = 0;
+  // Read the peer's liveness before polling: if it was gone already, every completion it
+  // produced is in the CQ by now, so an unfinished request will never finish.
+  bool peerGone = control != nullptr && control->closed.load(std::memory_order_acquire);
+  ncclResult_t r = progress();
+  if (req->pending == 0 && req->kind != Request::Kind::Free) {
+    *done = 1;
+    if (sizes != nullptr) {
+      for (int i = 0; i < req->n; ++i) sizes[i] = req->sizes[i];
+    }
+    freeRequest(req);
+    return ncclSuccess;
+  }
+  if (r != ncclSuccess) return r;
+  if (peerGone) {
+    fail("the peer closed its connection (process exited or was killed) with a request pending",
+         ncclRemoteError);
+    return failure_;
+  }
+  return ncclSuccess;
+}
+
+void Comm::close() {
+  if (closed_) return;
+  closed_ = true;
+  for (int q = 0; q < nqps_; ++q) qps_[q].qp.toError();
+  // Drain: flushed WRs complete in error; collect them (bounded) before destroying.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  ibv_wc wcs[16];
+  for (int s = 0; s < ndevs_; ++s) {
+    int idle = 0;
+    while (idle < 3 && std::chrono::steady_clock::now() < deadline && devs_[s].cq.get() != nullptr) {
+      idle = ibv_poll_cq(devs_[s].cq.get(), 16, wcs) > 0 ? 0 : idle + 1;
+    }
+  }
+  for (int q = 0; q < nqps_; ++q) qps_[q].qp.reset();
+  for (int s = 0; s < ndevs_; ++s) {
+    if (devs_[s].ctrlMr != nullptr && devs_[s].dev->api().deregMr(devs_[s].ctrlMr) != 0) {
+      MESH_WARN("ibv_dereg_mr (control memory) on %s failed: %s", devs_[s].dev->name().c_str(), strerror(errno));
+    }
+    devs_[s].ctrlMr = nullptr;
+  }
+  free(ctrlMem_);
+  ctrlMem_ = nullptr;
+}
+
+// --- transport ---------------------------------------------------------------------------
+
+RdmaTransport::RdmaTransport(const Discovery* disc, CommSettings settings, std::vector<int> portFilter)
+    : disc_(disc), settings_(settings), portFilter_(std::move(portFilter)) {}
+
+std::vector<LocalNic> RdmaTransport::localNics() const {
+  std::vector<LocalNic> nics;
+  for (size_t i = 0; i < disc_->ports.size(); ++i) {
+    if (!portFilter_.empty() &&
+        std::find(portFilter_.begin(), portFilter_.end(), static_cast<int>(i)) == portFilter_.end()) {
+      continue;
+    }
+    const MeshPort& p = disc_->ports[i];
+    LocalNic nic;
+    nic.index = static_cast<int>(i);
+    nic.label = p.label();
+    for (const PortAddress& a : p.addrs) nic.addrs.push_back(LocalAddress{a.ip, a.gidIndex});
+    nics.push_back(nic);
+  }
+  return nics;
+}
+
+ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& routes,
+                                    std::unique_ptr<PreparedConn>* out, HsMessage* local) {
+  std::unique_ptr<Comm> comm;
+  if (sender) {
+    comm = std::make_unique<SendComm>(disc_, settings_);
+  } else {
+    comm = std::make_unique<RecvComm>(disc_, settings_);
+  }
+  MESH_CHECK(comm->prepare(routes, local));
+  *out = std::move(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t RdmaTransport::activate(PreparedConn* conn, const HsMessage& remote) {
+  return static_cast<Comm*>(conn)->activate(remote);
+}
+
+}  // namespace mesh

@@ -1,0 +1,201 @@
+// Sender side of the FIFO protocol (see comm.h). Hot path: no allocation, no locks, no
+// syscalls beyond the provider's doorbell in ibv_post_send.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "mesh/check.h"
+#include "mesh/comm.h"
+#include "mesh/log.h"
+
+namespace mesh {
+
+SendComm::SendComm(const Discovery* disc, CommSettings settings) : Comm(true, disc, settings) {}
+
+void SendComm::describeCtrl(uint64_t* addr) const {
+  *addr = reinterpret_cast<uintptr_t>(ctrl()->fifo);
+}
+
+bool SendComm::slotArrived(int slot, int pos, uint64_t expect) const {
+  const volatile FifoSlot* s = &ctrl()->fifo[slot][pos];
+  if (s->seqTail != expect || s->seqHead != expect) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
+}
+
+ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out) {
+  *out = nullptr;
+  MESH_CHECK(failure_);
+  int slot = static_cast<int>(seq_ % kFifoDepth);
+  uint64_t expect = seq_ + 1;
+  Group& g = groups_[slot];
+  // The slot's previous group (seq - 32) must have completed locally before reuse.
+  if ((g.nreqs != 0 && g.assigned == g.nreqs) || !slotArrived(slot, 0, expect)) {
+    return progress();
+  }
+  const FifoSlot* slots = ctrl()->fifo[slot];
+  int nreqs = slots[0].nreqs;
+  if (nreqs < 1 || nreqs > kGroupMax) {
+    fail("corrupt FIFO slot from the receiver (nreqs " + std::to_string(nreqs) + ")", ncclRemoteError);
+    return failure_;
+  }
+  for (int r = 1; r < nreqs; ++r) {
+    if (!slotArrived(slot, r, expect)) return ncclSuccess;
+  }
+  if (g.nreqs == 0) {
+    g = Group();
+    g.nreqs = nreqs;
+  }
+  int pos = -1;
+  for (int r = 0; r < nreqs && pos < 0; ++r) {
+    if (slots[r].tag == tag && g.reqs[r] == nullptr) pos = r;
+  }
+  MESH_REQUIRE(pos >= 0, ncclInvalidUsage,
+               "isend to %s: tag %d matches no buffer of the receive the peer posted (%d buffers)",
+               peer.c_str(), tag, nreqs);
+  MESH_REQUIRE(size <= slots[pos].size, ncclInvalidUsage,
+               "isend to %s: %zu bytes do not fit the peer's %llu-byte receive buffer (tag %d); the "
+               "ranks disagree on the message size",
+               peer.c_str(), size, static_cast<unsigned long long>(slots[pos].size), tag);
+  MESH_REQUIRE(size == 0 || mh != nullptr, ncclInvalidArgument, "isend of %zu bytes without a memory handle", size);
+  Request* req = allocRequest(Request::Kind::Send);
+  MESH_REQUIRE(req != nullptr, ncclInternalError, "isend: more than %d requests in flight", kRequestPool);
+  req->data = static_cast<const char*>(data);
+  req->size = size;
+  req->mh = mh;
+  req->slot = slot;
+  req->slotPos = pos;
+  req->sizes[0] = size;
+  req->pending = 1;  // cleared when the group's final WRs complete
+  g.reqs[pos] = req;
+  if (++g.assigned == g.nreqs) {
+    for (int r = 0; r < g.nreqs; ++r) ctrl()->sizesStage[slot][r] = g.reqs[r]->size;
+    g.pendingQps = nqps_;
+    postQueue_[(postHead_ + postCount_) % kFifoDepth] = slot;
+    ++postCount_;
+    ++seq_;
+    MESH_CHECK(pump());
+  }
+  *out = req;
+  return ncclSuccess;
+}
+
+void SendComm::shareOf(const Request* r, int q, size_t* lo, size_t* hi) const {
+  size_t s = r->size;
+  if (nqps_ == 1 || s < settings_.splitMin) {
+    *lo = 0;
+    *hi = q == 0 ? s : 0;
+    return;
+  }
+  size_t chunk = (s + nqps_ - 1) / nqps_;
+  chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+  *lo = std::min(s, chunk * static_cast<size_t>(q));
+  *hi = std::min(s, *lo + chunk);
+}
+
+// Posts as much of group `slot`'s share on QP q as credits allow.
+ncclResult_t SendComm::postShare(int slot, int q, bool* finished) {
+  Group& g = groups_[slot];
+  Cursor& c = g.cursor[q];
+  Qp& qp = qps_[q];
+  const Link& link = links_[qp.link];
+  const FifoSlot* slots = ctrl()->fifo[slot];
+  int count = 0;
+  int budget = std::min(qp.credits, kMaxBatch);
+  while (c.r < g.nreqs && count < budget) {
+    const Request* r = g.reqs[c.r];
+    size_t lo, hi;
+    shareOf(r, q, &lo, &hi);
+    if (lo + c.off >= hi) {
+      ++c.r;
+      c.off = 0;
+      continue;
+    }
+    size_t len = std::min(hi - lo - c.off, settings_.maxWrBytes);
+    ibv_send_wr& wr = wrs_[count];
+    ibv_sge& sge = sges_[count];
+    sge.addr = reinterpret_cast<uintptr_t>(r->data) + lo + c.off;
+    sge.length = static_cast<uint32_t>(len);
+    sge.lkey = r->mh->lkey[devs_[qp.devSlot].deviceIndex];
+    wr = ibv_send_wr();
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = slots[c.r].addr + lo + c.off;
+    wr.wr.rdma.rkey = slots[c.r].rkeys[qp.link];
+    wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, static_cast<uint8_t>(q), static_cast<uint16_t>(slot), 0});
+    c.off += len;
+    ++count;
+  }
+  *finished = false;
+  if (c.r == g.nreqs && count < budget) {
+    // The final WR: an immediate telling the receiver this QP's share is complete.
+    bool viaSizes = g.nreqs > 1 || g.reqs[0]->size > 0x7fffffffu;
+    bool attach = count > 0 && !(viaSizes && q == 0);
+    if (!attach) {
+      ibv_send_wr& wr = wrs_[count];
+      ibv_sge& sge = sges_[count];
+      wr = ibv_send_wr();
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.wr.rdma.remote_addr = slots[0].addr;
+      wr.wr.rdma.rkey = slots[0].rkeys[qp.link];
+      if (viaSizes && q == 0) {
+        // Sizes of a grouped receive land in the receiver's sizes[slot] with this immediate.
+        sge.addr = reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]);
+        sge.length = static_cast<uint32_t>(g.nreqs * sizeof(uint64_t));
+        sge.lkey = devs_[qp.devSlot].ctrlMr->lkey;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.rdma.remote_addr = link.remoteCtrl + offsetof(RecvCtrl, sizes) + slot * sizeof(RecvCtrl::sizes[0]);
+        wr.wr.rdma.rkey = link.remoteRkey;
+      }
+      ++count;
+    }
+    ibv_send_wr& last = wrs_[count - 1];
+    last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    last.imm_data = htonl(viaSizes ? kImmViaSizes : static_cast<uint32_t>(g.reqs[0]->size));
+    last.wr_id = encodeWrId(WrId{WrKind::SendFinal, static_cast<uint8_t>(q), static_cast<uint16_t>(slot), 0});
+    c.done = true;
+    *finished = true;
+  }
+  return postBatch(q, count);
+}
+
+// Posts queued groups in order; a group that runs out of send-queue credits resumes from
+// its cursors when completions return them.
+ncclResult_t SendComm::pump() {
+  while (postCount_ > 0) {
+    int slot = postQueue_[postHead_];
+    bool all = true;
+    for (int q = 0; q < nqps_; ++q) {
+      if (groups_[slot].cursor[q].done) continue;
+      bool finished = false;
+      MESH_CHECK(postShare(slot, q, &finished));
+      all = all && finished;
+    }
+    if (!all) return ncclSuccess;
+    postHead_ = (postHead_ + 1) % kFifoDepth;
+    --postCount_;
+  }
+  return ncclSuccess;
+}
+
+void SendComm::onCompletion(const ibv_wc& wc) {
+  WrId id = decodeWrId(wc.wr_id);
+  if (id.qp >= nqps_) return;
+  Qp& qp = qps_[id.qp];
+  qp.credits += qp.batches[qp.batchHead];
+  qp.batchHead = (qp.batchHead + 1) % kSendQueueDepth;
+  if (id.kind == WrKind::SendFinal) {
+    Group& g = groups_[id.index % kFifoDepth];
+    if (--g.pendingQps == 0) {
+      for (int r = 0; r < g.nreqs; ++r) g.reqs[r]->pending = 0;
+      g = Group();
+    }
+  }
+  if (postCount_ > 0) pump();
+}
+
+}  // namespace mesh

@@ -1,0 +1,182 @@
+#include "mesh/net.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "mesh/check.h"
+#include "mesh/handle_codec.h"
+#include "mesh/handshake.h"
+#include "mesh/log.h"
+#include "mesh/plugin.h"
+#include "mesh/subnet_routing.h"
+
+namespace mesh {
+
+struct ListenComm {
+  int dev = 0;
+  std::shared_ptr<Listener> listener;
+};
+
+namespace {
+
+// Connects in progress, keyed by the handle buffer NCCL passes on every retry (and the
+// token in it, so a reused buffer with a new handle starts afresh). NCCL's threads only.
+struct PendingConnects {
+  struct Entry {
+    uint64_t token;
+    std::shared_ptr<Connector> connector;
+  };
+  std::mutex mutex;
+  std::unordered_map<const void*, Entry> byHandle;
+};
+
+PendingConnects& pendingConnects() {
+  static PendingConnects* p = new PendingConnects();  // outlives every comm; tiny
+  return *p;
+}
+
+ncclResult_t handshaker(Handshaker** out) {
+  Handshaker* hs = Plugin::instance().handshaker();
+  MESH_REQUIRE(hs != nullptr, ncclInvalidUsage, "no mesh device (init found no usable RDMA port)");
+  *out = hs;
+  return ncclSuccess;
+}
+
+ncclResult_t startConnect(int dev, const void* handleBytes, const Handle& handle,
+                          std::shared_ptr<Connector>* out) {
+  Handshaker* hs = Plugin::instance().handshakerFor(dev);
+  std::vector<LocalNic> nics = Plugin::instance().transport(dev)->localNics();
+  RouteResult route = routeToPeer(nics, handle.addrs);
+  if (!route.ok()) {
+    MESH_WARN("connect: %s", route.error.c_str());
+    return ncclSystemError;
+  }
+  if (route.routes.size() > static_cast<size_t>(kMaxLinks)) route.routes.resize(kMaxLinks);
+  (void)handleBytes;
+  return hs->startConnect(handle, route.routes, out);
+}
+
+}  // namespace
+
+ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
+  Handshaker* hs = nullptr;
+  MESH_CHECK(handshaker(&hs));
+  const NetDevice* d = nullptr;
+  MESH_CHECK(Plugin::instance().device(dev, &d));
+  hs = Plugin::instance().handshakerFor(dev);
+  auto lc = std::make_unique<ListenComm>();
+  lc->dev = dev;
+  Handle h;
+  MESH_CHECK(hs->listen(&lc->listener, &h));
+  std::string error;
+  uint8_t bytes[kHandleSize] = {};
+  if (!encodeHandle(h, bytes, &error)) {
+    MESH_WARN("listen: %s", error.c_str());
+    hs->closeListener(lc->listener);
+    return ncclInternalError;
+  }
+  memcpy(handle, bytes, kHandleSize);
+  *out = lc.release();
+  return ncclSuccess;
+}
+
+ncclResult_t netConnect(int dev, void* handle, SendComm** out) {
+  *out = nullptr;
+  Handshaker* hs = nullptr;
+  MESH_CHECK(handshaker(&hs));
+  const NetDevice* d = nullptr;
+  MESH_CHECK(Plugin::instance().device(dev, &d));
+  Handle h;
+  std::string error;
+  if (!decodeHandle(static_cast<const uint8_t*>(handle), kHandleSize, &h, &error)) {
+    MESH_WARN("connect: malformed handle: %s", error.c_str());
+    return ncclInvalidArgument;
+  }
+  PendingConnects& pc = pendingConnects();
+  std::shared_ptr<Connector> connector;
+  {
+    std::lock_guard<std::mutex> lock(pc.mutex);
+    auto it = pc.byHandle.find(handle);
+    if (it != pc.byHandle.end() && it->second.token == h.token) connector = it->second.connector;
+  }
+  if (connector == nullptr) {
+    MESH_CHECK(startConnect(dev, handle, h, &connector));
+    std::lock_guard<std::mutex> lock(pc.mutex);
+    pc.byHandle[handle] = {h.token, connector};
+  }
+  std::unique_ptr<PreparedConn> conn;
+  ncclResult_t r = Plugin::instance().handshakerFor(dev)->pollConnect(connector.get(), &conn);
+  if (r != ncclSuccess || conn != nullptr) {
+    std::lock_guard<std::mutex> lock(pc.mutex);
+    pc.byHandle.erase(handle);
+  }
+  MESH_CHECK(r);
+  *out = static_cast<SendComm*>(conn.release());
+  return ncclSuccess;
+}
+
+ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
+  *out = nullptr;
+  std::unique_ptr<PreparedConn> conn;
+  MESH_CHECK(Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn));
+  *out = static_cast<RecvComm*>(conn.release());
+  return ncclSuccess;
+}
+
+ncclResult_t netRegMr(void*, void* data, size_t size, int type, int dmabufFd, uint64_t offset,
+                      MrHandle** out) {
+  MrRegistry* reg = Plugin::instance().registry();
+  MESH_REQUIRE(reg != nullptr, ncclInvalidUsage, "regMr: no mesh device");
+  MemKind kind = dmabufFd >= 0 ? MemKind::Dmabuf : (type == kPtrCuda ? MemKind::Cuda : MemKind::Host);
+  MESH_REQUIRE(type == kPtrHost || type == kPtrCuda, ncclInvalidArgument, "regMr: unknown pointer type %d", type);
+  return reg->reg(data, size, kind, dmabufFd, offset, out);
+}
+
+ncclResult_t netDeregMr(MrHandle* handle) {
+  MrRegistry* reg = Plugin::instance().registry();
+  MESH_REQUIRE(reg != nullptr, ncclInvalidUsage, "deregMr: no mesh device");
+  return reg->dereg(handle);
+}
+
+ncclResult_t netIsend(SendComm* comm, void* data, size_t size, int tag, MrHandle* mh, Request** out) {
+  return comm->isend(data, size, tag, mh, out);
+}
+
+ncclResult_t netIrecv(RecvComm* comm, int n, void** data, const size_t* sizes, const int* tags,
+                      MrHandle* const* mh, Request** out) {
+  return comm->irecv(n, data, sizes, tags, mh, out);
+}
+
+ncclResult_t netIflush(RecvComm* comm, int n, void** data, const int* sizes, MrHandle* const* mh,
+                       Request** out) {
+  return comm->iflush(n, data, sizes, mh, out);
+}
+
+ncclResult_t netTest(Request* req, int* done, size_t* sizes, int* count) {
+  MESH_REQUIRE(req->comm != nullptr && req->kind != Request::Kind::Free, ncclInvalidUsage,
+               "test: request is not in flight (already completed?)");
+  *count = req->n;
+  return req->comm->test(req, done, sizes);
+}
+
+namespace {
+ncclResult_t closeComm(Comm* comm) {
+  comm->close();
+  if (Handshaker* hs = Plugin::instance().handshaker()) hs->closeControl(comm->control);
+  delete comm;
+  return ncclSuccess;
+}
+}  // namespace
+
+ncclResult_t netCloseSend(SendComm* comm) { return closeComm(comm); }
+ncclResult_t netCloseRecv(RecvComm* comm) { return closeComm(comm); }
+
+ncclResult_t netCloseListen(ListenComm* comm) {
+  Plugin::instance().handshakerFor(comm->dev)->closeListener(comm->listener);
+  delete comm;
+  return ncclSuccess;
+}
+
+}  // namespace mesh

@@ -1,0 +1,258 @@
+// The handshake state machine without RDMA: a fake transport stands in for QPs, and two
+// Handshakers talk over 127.0.0.1 through the real reactor, sockets and wire format.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sys/time.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "mesh/handshake.h"
+#include "mesh/log.h"
+
+namespace mesh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class FakeConn : public PreparedConn {
+ public:
+  uint32_t qpn = 0;
+  uint32_t remoteQpn = 0;
+};
+
+class FakeTransport : public Transport {
+ public:
+  std::vector<LocalNic> localNics() const override {
+    LocalNic nic;
+    nic.index = 0;
+    nic.label = "fake0:1/lo";
+    Ipv4Prefix lo;
+    parsePrefix("127.0.0.1/8", &lo);
+    nic.addrs.push_back(LocalAddress{lo, 3});
+    return {nic};
+  }
+  ncclResult_t prepare(bool, const std::vector<Route>& routes, std::unique_ptr<PreparedConn>* out,
+                       HsMessage* local) override {
+    auto c = std::make_unique<FakeConn>();
+    c->qpn = nextQpn++;
+    local->qpsPerLink = 1;
+    for (const Route& r : routes) {
+      HsLink l;
+      l.senderAddr = r.local.addr;
+      l.receiverAddr = r.peerAddr;
+      l.senderNic = static_cast<uint8_t>(r.localNic);
+      l.receiverNic = r.peerNic;
+      l.prefixLen = r.prefixLen;
+      local->links.push_back(l);
+      HsQp q;
+      q.qpn = c->qpn;
+      q.mtu = 5;
+      local->qps.push_back(q);
+    }
+    *out = std::move(c);
+    return ncclSuccess;
+  }
+  ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) override {
+    if (failActivate) return ncclSystemError;
+    static_cast<FakeConn*>(conn)->remoteQpn = remote.qps.at(0).qpn;
+    return ncclSuccess;
+  }
+  std::atomic<uint32_t> nextQpn{100};
+  bool failActivate = false;
+};
+
+class HandshakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setFallbackLevel(NCCL_LOG_NONE);
+    ASSERT_EQ(reactor_.start(), ncclSuccess);
+    makeHandshaker(8);
+  }
+  void makeHandshaker(size_t maxPending) {
+    HandshakeSettings s;
+    s.timeoutMs = 1500;
+    s.maxPending = maxPending;
+    hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  }
+  void TearDown() override {
+    reactor_.stop();
+    hs_.reset();
+    setFallbackLevel(NCCL_LOG_WARN);
+  }
+  std::vector<Route> routesTo(const Handle& h) {
+    RouteResult r = routeToPeer(transport_.localNics(), h.addrs);
+    EXPECT_TRUE(r.ok()) << r.error;
+    return r.routes;
+  }
+  // Drives connect and accept the way NCCL's proxy thread does: alternately, never blocking.
+  ncclResult_t connectAndAccept(const std::shared_ptr<Listener>& l, const Handle& h,
+                                std::unique_ptr<PreparedConn>* send, std::unique_ptr<PreparedConn>* recv,
+                                bool callAccept = true) {
+    std::shared_ptr<Connector> c;
+    ncclResult_t r = hs_->startConnect(h, routesTo(h), &c);
+    if (r != ncclSuccess) return r;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline) {
+      if (*send == nullptr) {
+        r = hs_->pollConnect(c.get(), send);
+        if (r != ncclSuccess) return r;
+      }
+      if (callAccept && *recv == nullptr) {
+        EXPECT_EQ(hs_->pollAccept(l, recv), ncclSuccess);
+      }
+      if (*send != nullptr && (*recv != nullptr || !callAccept)) return ncclSuccess;
+      std::this_thread::yield();
+    }
+    return ncclInternalError;  // the test's own deadline: the handshake hung
+  }
+  int rawConnect(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    return fd;
+  }
+  Reactor reactor_;
+  FakeTransport transport_;
+  std::unique_ptr<Handshaker> hs_;
+};
+
+TEST_F(HandshakeTest, ConnectAndAcceptExchangeQpInfo) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  ASSERT_EQ(h.addrs.size(), 1u);
+  std::unique_ptr<PreparedConn> send, recv;
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+  auto* s = static_cast<FakeConn*>(send.get());
+  auto* r = static_cast<FakeConn*>(recv.get());
+  EXPECT_EQ(s->remoteQpn, r->qpn);
+  EXPECT_EQ(r->remoteQpn, s->qpn);
+  ASSERT_NE(s->control, nullptr);
+  EXPECT_FALSE(s->control->closed.load());
+  hs_->closeControl(r->control);  // the peer goes away: the sender's control link notices
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!s->control->closed.load() && Clock::now() < deadline) std::this_thread::yield();
+  EXPECT_TRUE(s->control->closed.load());
+  hs_->closeControl(s->control);
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, ManyPendingConnectsOnOneListenerAllComplete) {
+  makeHandshaker(64);  // the burst is unauthenticated for a moment; parked ones are unbounded
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::vector<std::shared_ptr<Connector>> cs(20);
+  for (auto& c : cs) ASSERT_EQ(hs_->startConnect(h, routesTo(h), &c), ncclSuccess);
+  std::vector<std::unique_ptr<PreparedConn>> sends(cs.size()), recvs;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  size_t sent = 0;
+  while ((sent < cs.size() || recvs.size() < cs.size()) && Clock::now() < deadline) {
+    for (size_t i = 0; i < cs.size(); ++i) {
+      if (sends[i] == nullptr && hs_->pollConnect(cs[i].get(), &sends[i]) == ncclSuccess && sends[i]) ++sent;
+    }
+    std::unique_ptr<PreparedConn> r;
+    ASSERT_EQ(hs_->pollAccept(l, &r), ncclSuccess);
+    if (r != nullptr) recvs.push_back(std::move(r));
+  }
+  EXPECT_EQ(sent, cs.size());
+  EXPECT_EQ(recvs.size(), cs.size());
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, WrongTokenIsRefused) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  Handle forged = h;
+  forged.token ^= 1;
+  std::unique_ptr<PreparedConn> send, recv;
+  auto start = Clock::now();
+  EXPECT_EQ(connectAndAccept(l, forged, &send, &recv), ncclRemoteError);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));  // refused at once, not timed out
+  EXPECT_EQ(recv, nullptr);
+  // The listener still serves the real handle.
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, ConnectTimesOutWhenThePeerNeverAccepts) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::unique_ptr<PreparedConn> send, recv;
+  auto start = Clock::now();
+  EXPECT_EQ(connectAndAccept(l, h, &send, &recv, /*callAccept=*/false), ncclRemoteError);
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(1400));
+  EXPECT_LT(took, std::chrono::milliseconds(4000));
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, ConnectFailsFastWhenTheListenerCloses) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(hs_->startConnect(h, routesTo(h), &c), ncclSuccess);
+  hs_->closeListener(l);
+  std::unique_ptr<PreparedConn> send;
+  ncclResult_t r = ncclSuccess;
+  auto start = Clock::now();
+  while (r == ncclSuccess && send == nullptr && Clock::now() - start < std::chrono::seconds(5)) {
+    r = hs_->pollConnect(c.get(), &send);
+  }
+  EXPECT_EQ(r, ncclRemoteError);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));  // before the timeout
+}
+
+TEST_F(HandshakeTest, GarbageAndHalfOpenSocketsDoNotBlockRealConnects) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int garbage = rawConnect(h.port);
+  const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(garbage, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  std::vector<int> halfOpen;
+  for (int i = 0; i < 20; ++i) halfOpen.push_back(rawConnect(h.port));  // beyond maxPending
+  std::unique_ptr<PreparedConn> send, recv;
+  // Half-open sockets hold slots until their deadline; the real connect gets through after.
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+  // The garbage sender was answered (REJECT) and disconnected: reading reaches EOF.
+  timeval tv{3, 0};
+  setsockopt(garbage, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[256];
+  ssize_t n;
+  while ((n = read(garbage, buf, sizeof(buf))) > 0) {
+  }
+  EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "listener kept the garbage connection open";
+  close(garbage);
+  for (int fd : halfOpen) close(fd);
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, ActivationFailureRefusesTheConnector) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  transport_.failActivate = true;
+  std::unique_ptr<PreparedConn> send, recv;
+  EXPECT_EQ(connectAndAccept(l, h, &send, &recv), ncclRemoteError);
+  hs_->closeListener(l);
+}
+
+}  // namespace
+}  // namespace mesh
