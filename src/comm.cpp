@@ -326,13 +326,15 @@ std::vector<LocalNic> RdmaTransport::localNics() const {
   return nics;
 }
 
-ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& routes,
+ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                                     std::unique_ptr<PreparedConn>* out, HsMessage* local) {
+  CommSettings settings = settings_;
+  if (opts.trafficClass >= 0) settings.tuning.trafficClass = opts.trafficClass;
   std::unique_ptr<Comm> comm;
   if (sender) {
-    comm = std::make_unique<SendComm>(disc_, settings_);
+    comm = std::make_unique<SendComm>(disc_, settings);
   } else {
-    comm = std::make_unique<RecvComm>(disc_, settings_);
+    comm = std::make_unique<RecvComm>(disc_, settings);
   }
   MESH_CHECK(comm->prepare(routes, local));
   *out = std::move(comm);

@@ -60,6 +60,7 @@ class Connector {
   // Immutable after startConnect.
   Handle handle;
   std::vector<Route> routes;
+  ConnOptions opts;
   Clock::time_point deadline;
   std::string peer;  // "198.18.0.2:41234"
   // Reactor thread only.
@@ -300,7 +301,7 @@ void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
     }
     if (next == nullptr) return;
     HsMessage accept;
-    ncclResult_t r = hs->transport()->prepare(false, next->routes, &next->conn, &accept);
+    ncclResult_t r = hs->transport()->prepare(false, next->routes, ConnOptions(), &next->conn, &accept);
     if (r == ncclSuccess) r = hs->transport()->activate(next->conn.get(), next->hello);
     if (r != ncclSuccess) {
       refuse(hs, l.get(), next, "could not set up the RDMA side of the connection (see the peer's log)");
@@ -437,7 +438,7 @@ void onConnectWritable(Handshaker* hs, Connector* c) {
                          ncclRemoteError);
   }
   HsMessage hello;
-  ncclResult_t r = hs->transport()->prepare(true, c->routes, &c->conn, &hello);
+  ncclResult_t r = hs->transport()->prepare(true, c->routes, c->opts, &c->conn, &hello);
   if (r != ncclSuccess) return finishConnect(hs, c, "could not create the RDMA resources", r);
   hello.type = HsType::Hello;
   hello.token = c->handle.token;
@@ -586,11 +587,12 @@ void Handshaker::closeListener(std::shared_ptr<Listener> l) {
 }
 
 ncclResult_t Handshaker::startConnect(const Handle& handle, const std::vector<Route>& routes,
-                                      std::shared_ptr<Connector>* out) {
+                                      const ConnOptions& opts, std::shared_ptr<Connector>* out) {
   MESH_REQUIRE(!routes.empty(), ncclInternalError, "connect: no route");
   auto c = std::make_shared<Connector>();
   c->handle = handle;
   c->routes = routes;
+  c->opts = opts;
   c->peer = formatIpv4(routes.front().peerAddr) + ":" + std::to_string(handle.port);
   c->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
   if (!reactor_->post([this, c] { beginConnect(this, c); })) {

@@ -44,7 +44,7 @@ ncclResult_t handshaker(Handshaker** out) {
   return ncclSuccess;
 }
 
-ncclResult_t startConnect(int dev, const void* handleBytes, const Handle& handle,
+ncclResult_t startConnect(int dev, const Handle& handle, const ConnOptions& opts,
                           std::shared_ptr<Connector>* out) {
   Handshaker* hs = Plugin::instance().handshakerFor(dev);
   std::vector<LocalNic> nics = Plugin::instance().transport(dev)->localNics();
@@ -54,8 +54,7 @@ ncclResult_t startConnect(int dev, const void* handleBytes, const Handle& handle
     return ncclSystemError;
   }
   if (route.routes.size() > static_cast<size_t>(kMaxLinks)) route.routes.resize(kMaxLinks);
-  (void)handleBytes;
-  return hs->startConnect(handle, route.routes, out);
+  return hs->startConnect(handle, route.routes, opts, out);
 }
 
 }  // namespace
@@ -82,7 +81,7 @@ ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
   return ncclSuccess;
 }
 
-ncclResult_t netConnect(int dev, void* handle, SendComm** out) {
+ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm** out) {
   *out = nullptr;
   Handshaker* hs = nullptr;
   MESH_CHECK(handshaker(&hs));
@@ -102,7 +101,7 @@ ncclResult_t netConnect(int dev, void* handle, SendComm** out) {
     if (it != pc.byHandle.end() && it->second.token == h.token) connector = it->second.connector;
   }
   if (connector == nullptr) {
-    MESH_CHECK(startConnect(dev, handle, h, &connector));
+    MESH_CHECK(startConnect(dev, h, opts, &connector));
     std::lock_guard<std::mutex> lock(pc.mutex);
     pc.byHandle[handle] = {h.token, connector};
   }

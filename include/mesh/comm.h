@@ -236,7 +236,7 @@ class RdmaTransport : public Transport {
  public:
   RdmaTransport(const Discovery* disc, CommSettings settings, std::vector<int> portFilter = {});
   std::vector<LocalNic> localNics() const override;
-  ncclResult_t prepare(bool sender, const std::vector<Route>& routes,
+  ncclResult_t prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                        std::unique_ptr<PreparedConn>* out, HsMessage* local) override;
   ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) override;
 

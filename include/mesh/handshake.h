@@ -50,7 +50,7 @@ class Handshaker {
 
   // Starts connecting to a peer's handle over the routes chosen for it. NCCL thread.
   ncclResult_t startConnect(const Handle& handle, const std::vector<Route>& routes,
-                            std::shared_ptr<Connector>* out);
+                            const ConnOptions& opts, std::shared_ptr<Connector>* out);
   // nullptr while pending; the connection when done; an error (with a logged reason) when
   // the handshake failed or ran out of time.
   ncclResult_t pollConnect(Connector* connector, std::unique_ptr<PreparedConn>* conn);

@@ -14,7 +14,7 @@ namespace mesh {
 struct ListenComm;
 
 ncclResult_t netListen(int dev, void* handle, ListenComm** out);
-ncclResult_t netConnect(int dev, void* handle, SendComm** out);
+ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm** out);
 ncclResult_t netAccept(ListenComm* listen, RecvComm** out);
 ncclResult_t netRegMr(void* comm, void* data, size_t size, int type, int dmabufFd, uint64_t offset,
                       MrHandle** out);

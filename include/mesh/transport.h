@@ -31,6 +31,11 @@ class PreparedConn {
   std::string peer;                      // peer address, for messages
 };
 
+// Per-connection options NCCL can pass at connect time (v10+: traffic class).
+struct ConnOptions {
+  int trafficClass = -1;  // -1: NCCL_MESH_IB_TC
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -38,7 +43,7 @@ class Transport {
   virtual std::vector<LocalNic> localNics() const = 0;
   // Creates one side's resources over `routes` (QPs in INIT) and describes them in
   // local->links/qps/qpsPerLink (type and token are set by the caller).
-  virtual ncclResult_t prepare(bool sender, const std::vector<Route>& routes,
+  virtual ncclResult_t prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                                std::unique_ptr<PreparedConn>* out, HsMessage* local) = 0;
   // Moves the QPs through RTR to RTS against the peer's description.
   virtual ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) = 0;

@@ -107,7 +107,7 @@ ncclResult_t v8Connect(int dev, void* handle, void** sendComm, ncclNetDeviceHand
     if (sendDevComm != nullptr) *sendDevComm = nullptr;  // HOST device type
     MESH_CHECK(requireInit("connect"));
     SendComm* sc = nullptr;
-    MESH_CHECK(netConnect(dev, handle, &sc));
+    MESH_CHECK(netConnect(dev, handle, ConnOptions(), &sc));
     *sendComm = sc;
     return ncclSuccess;
   });

@@ -41,8 +41,8 @@ class FakeTransport : public Transport {
     nic.addrs.push_back(LocalAddress{lo, 3});
     return {nic};
   }
-  ncclResult_t prepare(bool, const std::vector<Route>& routes, std::unique_ptr<PreparedConn>* out,
-                       HsMessage* local) override {
+  ncclResult_t prepare(bool, const std::vector<Route>& routes, const ConnOptions&,
+                       std::unique_ptr<PreparedConn>* out, HsMessage* local) override {
     auto c = std::make_unique<FakeConn>();
     c->qpn = nextQpn++;
     local->qpsPerLink = 1;
@@ -99,7 +99,7 @@ class HandshakeTest : public ::testing::Test {
                                 std::unique_ptr<PreparedConn>* send, std::unique_ptr<PreparedConn>* recv,
                                 bool callAccept = true) {
     std::shared_ptr<Connector> c;
-    ncclResult_t r = hs_->startConnect(h, routesTo(h), &c);
+    ncclResult_t r = hs_->startConnect(h, routesTo(h), ConnOptions(), &c);
     if (r != ncclSuccess) return r;
     auto deadline = Clock::now() + std::chrono::seconds(10);
     while (Clock::now() < deadline) {
@@ -156,7 +156,7 @@ TEST_F(HandshakeTest, ManyPendingConnectsOnOneListenerAllComplete) {
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
   std::vector<std::shared_ptr<Connector>> cs(20);
-  for (auto& c : cs) ASSERT_EQ(hs_->startConnect(h, routesTo(h), &c), ncclSuccess);
+  for (auto& c : cs) ASSERT_EQ(hs_->startConnect(h, routesTo(h), ConnOptions(), &c), ncclSuccess);
   std::vector<std::unique_ptr<PreparedConn>> sends(cs.size()), recvs;
   auto deadline = Clock::now() + std::chrono::seconds(20);
   size_t sent = 0;
@@ -207,7 +207,7 @@ TEST_F(HandshakeTest, ConnectFailsFastWhenTheListenerCloses) {
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
   std::shared_ptr<Connector> c;
-  ASSERT_EQ(hs_->startConnect(h, routesTo(h), &c), ncclSuccess);
+  ASSERT_EQ(hs_->startConnect(h, routesTo(h), ConnOptions(), &c), ncclSuccess);
   hs_->closeListener(l);
   std::unique_ptr<PreparedConn> send;
   ncclResult_t r = ncclSuccess;
