@@ -296,8 +296,13 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
 
   int ndev = 0;
   ibv_device** list = api.getDeviceList(&ndev);
-  if (list == nullptr) {
-    MESH_INFO(NCCL_INIT, "ibv_get_device_list failed: %s", strerror(errno));
+  if (list == nullptr || ndev == 0) {
+    int e = errno;
+    out->emptyReason = list == nullptr
+                           ? std::string("ibv_get_device_list failed: ") + strerror(e) +
+                                 (e == ENOSYS ? " (the kernel has no RDMA support loaded: ib_uverbs?)" : "")
+                           : "rdma-core lists no RDMA device (driver or rdma_rxe not loaded?)";
+    if (list != nullptr) api.freeDeviceList(list);
     return ncclSuccess;
   }
   ifaddrs* ifs = nullptr;

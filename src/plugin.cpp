@@ -27,18 +27,20 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
   for (const std::string& w : warnings) MESH_WARN("%s", w.c_str());
   logSettings();
 
-  MESH_CHECK(reactor_.start());
   std::string why;
   if (loadVerbs(config_.ibverbsLib, &verbs_, &why) != ncclSuccess) {
     MESH_WARN("no RDMA: %s. The Mesh network reports 0 devices.", why.c_str());
   } else {
     MESH_CHECK(discoverPorts(verbs_, config_, &discovery_));
     if (discovery_.ports.empty()) {
-      MESH_WARN("no usable RDMA port: need an ACTIVE RoCE port with an IPv4 address "
-                "(check `ibv_devinfo`, `rdma link`, `ip addr`, NCCL_MESH_HCA=%s). "
-                "The Mesh network reports 0 devices.", config_.hca.c_str());
+      std::string filter = config_.hca.empty() ? "" : ", NCCL_MESH_HCA=" + config_.hca;
+      MESH_WARN("no usable RDMA port%s%s: need an ACTIVE RoCE port with an IPv4 address "
+                "(check `ibv_devinfo`, `rdma link`, `ip addr`%s). The Mesh network reports 0 devices.",
+                discovery_.emptyReason.empty() ? "" : ": ", discovery_.emptyReason.c_str(), filter.c_str());
     }
   }
+  // Started last, so a failed init leaves no thread behind.
+  MESH_CHECK(reactor_.start());
   buildNetDevices();
   buildConnectionMachinery();
   initialized_ = true;

@@ -28,7 +28,14 @@ ncclResult_t Reactor::start() {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = wakeFd_;
-  epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &ev);
+  if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &ev) != 0) {
+    int e = errno;
+    close(wakeFd_);
+    close(epollFd_);
+    wakeFd_ = epollFd_ = -1;
+    MESH_WARN("epoll_ctl (handshake reactor wake-up) failed: %s", strerror(e));
+    return ncclSystemError;
+  }
   stopping_.store(false);
   running_.store(true, std::memory_order_release);
   try {
@@ -148,6 +155,7 @@ void Reactor::run() {
     loops_.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && errno != EINTR) {
       MESH_WARN("epoll_wait failed: %s; handshake reactor stops", strerror(errno));
+      stopping_.store(true, std::memory_order_release);  // post() refuses from now on
       break;
     }
     for (int i = 0; i < n && !stopping_.load(std::memory_order_acquire); ++i) {

@@ -69,6 +69,7 @@ struct MeshPort {
 struct Discovery {
   std::vector<std::unique_ptr<VerbsDevice>> devices;
   std::vector<MeshPort> ports;
+  std::string emptyReason;  // why no device was even listed (e.g. no RDMA in the kernel)
 };
 
 // Probes every device through `api`, applying config.hca. Returns ncclSuccess with zero

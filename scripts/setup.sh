@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# setup.sh: everything nccl-mesh needs to build and test, from a fresh Debian/Ubuntu box.
+#   1. installs missing packages (apt-get runs only when something is missing),
+#   2. configures and builds into build/ (RelWithDebInfo),
+#   3. prepares the virtual RDMA lab's guest kernel and initramfs (scripts/vmesh prepare).
+# Idempotent and quiet: prints a short summary; the tools' own output goes to
+# build/setup.log, whose tail is printed when a step fails.
+#
+#   scripts/setup.sh [--no-build] [--no-lab]
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/setup.sh [--no-build] [--no-lab]
+
+Installs the packages nccl-mesh needs (only those missing; apt-get update only when an
+install is needed), builds into build/, and prepares the QEMU lab (scripts/vmesh prepare).
+  --no-build   install packages only (and prepare the lab unless --no-lab)
+  --no-lab     do not prepare the lab's kernel/initramfs cache
+Runs as root, or as a user with sudo. Output of apt and cmake: build/setup.log.
+EOF
+}
+
+# Building and the unit/abi tiers.
+REQUIRED_PACKAGES=(
+  build-essential cmake g++ pkg-config binutils python3 iproute2
+  libgtest-dev googletest libgmock-dev
+  rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
+)
+# The fuzz tier (clang + its compiler-rt: libFuzzer, sanitizers; only Recommended by clang,
+# so --no-install-recommends would leave it out) and the lab tier (QEMU guests, raw verbs
+# tools to compare against). Missing ones are reported, not fatal: those tiers say why.
+OPTIONAL_PACKAGES=(
+  clang libclang-rt-dev
+  qemu-system-x86 busybox-static cpio kmod perftest
+)
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR="$REPO/build"
+LOG="$BUILD_DIR/setup.log"
+do_build=1
+do_lab=1
+
+log_tail_and_die() {
+  echo "setup: FAILED: $1" >&2
+  echo "----- last lines of $LOG -----" >&2
+  tail -n 40 "$LOG" >&2 || true
+  echo "------------------------------" >&2
+  exit 1
+}
+
+# Runs a command with its output appended to the log; dies with the log tail on failure.
+quietly() {
+  local what=$1
+  shift
+  echo "+ $*" >>"$LOG"
+  "$@" >>"$LOG" 2>&1 || log_tail_and_die "$what"
+}
+
+is_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'
+}
+
+missing_from() {
+  local p
+  for p in "$@"; do
+    is_installed "$p" || printf '%s\n' "$p"
+  done
+}
+
+# apt-get as root: directly, else through sudo (install_packages checked it exists).
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  else
+    sudo "$@"
+  fi
+}
+
+apt_install() {
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "$@"
+}
+
+install_packages() {
+  if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: not a Debian/Ubuntu system; install the equivalents of:" \
+         "${REQUIRED_PACKAGES[*]} ${OPTIONAL_PACKAGES[*]}"
+    return
+  fi
+  local required optional
+  mapfile -t required < <(missing_from "${REQUIRED_PACKAGES[@]}")
+  mapfile -t optional < <(missing_from "${OPTIONAL_PACKAGES[@]}")
+  if [ ${#required[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
+    echo "setup: packages: all $(( ${#REQUIRED_PACKAGES[@]} + ${#OPTIONAL_PACKAGES[@]} )) present"
+    return
+  fi
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+    echo "setup: missing packages: ${required[*]} ${optional[*]}" >&2
+    echo "setup: installing them needs root: run as root or install sudo" >&2
+    exit 1
+  fi
+  quietly "apt-get update" as_root apt-get update -qq
+  if [ ${#required[@]} -gt 0 ]; then
+    quietly "installing ${required[*]}" apt_install "${required[@]}"
+    echo "setup: packages: installed ${required[*]}"
+  fi
+  if [ ${#optional[@]} -gt 0 ]; then
+    echo "+ apt-get install ${optional[*]}" >>"$LOG"
+    if apt_install "${optional[@]}" >>"$LOG" 2>&1; then
+      echo "setup: packages: installed ${optional[*]}"
+    else
+      echo "setup: warning: could not install ${optional[*]} (see $LOG);" \
+           "the fuzz and lab tiers need them"
+    fi
+  fi
+}
+
+build() {
+  local start=$SECONDS
+  quietly "cmake configure" cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  quietly "build" cmake --build "$BUILD_DIR" -j"$(nproc)"
+  echo "setup: build: build/ (RelWithDebInfo) ok ($((SECONDS - start)) s)"
+}
+
+prepare_lab() {
+  if [ ! -x "$REPO/scripts/vmesh" ]; then
+    echo "setup: lab: skipped (scripts/vmesh not present)"
+    return
+  fi
+  quietly "scripts/vmesh prepare (the lab's guest kernel; needs network the first time)" \
+    "$REPO/scripts/vmesh" prepare --build-dir "$BUILD_DIR"
+  echo "setup: lab: guest kernel and initramfs ready (build/vmesh)"
+}
+
+main() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --no-build) do_build=0 ;;
+      --no-lab) do_lab=0 ;;
+      -h|--help) usage; exit 0 ;;
+      *) echo "setup: unknown option '$1'" >&2; usage >&2; exit 64 ;;
+    esac
+    shift
+  done
+  mkdir -p "$BUILD_DIR"
+  : >"$LOG"
+  install_packages
+  if [ "$do_build" -eq 1 ]; then build; fi
+  if [ "$do_lab" -eq 1 ]; then prepare_lab; fi
+}
+
+main "$@"

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# test.sh: the project's test command (README, .ci/run). Runs scripts/setup.sh, then the
+# ctest tiers in order, each under a header, and stops at the first tier that fails:
+#   unit  module logic without RDMA        abi  the built plugin loaded as NCCL loads it
+#   fuzz  bounded libFuzzer runs (clang)   lab  end to end on the QEMU Soft-RoCE mesh
+# A tier with no registered tests fails (unit, abi, lab), except fuzz on a machine
+# without clang++, where it is skipped with the reason. Each tier's ctest output is also
+# kept in build/test-logs/<tier>.log; the last lines recap every tier's ctest summary.
+#
+#   scripts/test.sh [--tier unit|abi|fuzz|lab]... [--no-setup]
+set -euo pipefail
+
+ALL_TIERS=(unit abi fuzz lab)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR="$REPO/build"
+LOG_DIR="$BUILD_DIR/test-logs"
+tiers=()
+run_setup=1
+summary=()
+
+usage() {
+  cat <<'EOF'
+usage: scripts/test.sh [--tier unit|abi|fuzz|lab]... [--no-setup]
+
+Runs scripts/setup.sh (packages, build into build/), then ctest's tiers unit, abi, fuzz
+and lab in that order, stopping at the first failing tier.
+  --tier T     run only tier T (repeatable; tiers still run in the order above)
+  --no-setup   use build/ as it is (no package check, no rebuild)
+EOF
+}
+
+header() {
+  echo
+  echo "======================================================================"
+  echo "== $*"
+  echo "======================================================================"
+}
+
+recap() {
+  [ ${#summary[@]} -eq 0 ] && return
+  header "summary"
+  printf '%s\n' "${summary[@]}"
+}
+
+fail() {
+  summary+=("$1: FAILED: $2")
+  echo "test.sh: $1: $2" >&2
+  recap
+  exit "${3:-1}"
+}
+
+test_count() {
+  ctest --test-dir "$BUILD_DIR" -N -L "^$1\$" | sed -n 's/^Total Tests: *//p'
+}
+
+have_clang() {
+  command -v clang++ >/dev/null 2>&1 || command -v clang++-14 >/dev/null 2>&1
+}
+
+# True when the tier may run; otherwise records why (and fails where that is not allowed).
+tier_has_tests() {
+  local tier=$1 count
+  count=$(test_count "$tier")
+  [ "${count:-0}" -gt 0 ] && return 0
+  echo "tier $tier: no tests registered"
+  if [ "$tier" = fuzz ] && ! have_clang; then
+    summary+=("fuzz: skipped: no tests registered because clang++ is not installed" \
+              "      (scripts/setup.sh installs clang)")
+    echo "tier fuzz: skipped: clang++ is not installed, so no fuzzer was built"
+    return 1
+  fi
+  case "$tier" in
+    fuzz) fail fuzz "no tests registered although clang++ is present; see the cmake output in build/setup.log (clang's compiler-rt missing? install libclang-rt-dev)" ;;
+    lab) fail lab "no tests registered (tests/lab/CMakeLists.txt missing or the lab disabled)" ;;
+    *) fail "$tier" "no tests registered; this tier must exist" ;;
+  esac
+}
+
+run_tier() {
+  local tier=$1 jobs=1 rc line
+  header "tier: $tier"
+  tier_has_tests "$tier" || return 0
+  if [ "$tier" = lab ] && [ "$run_setup" -eq 1 ]; then
+    # The lab's guest kernel is fetched once (network); a failure here fails this tier only.
+    "$REPO/scripts/setup.sh" --no-build || fail lab "preparing the lab failed"
+  fi
+  case "$tier" in unit|abi) jobs=$(nproc) ;; esac
+  mkdir -p "$LOG_DIR"
+  set +e
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -L "^$tier\$" -j "$jobs" 2>&1 |
+    tee "$LOG_DIR/$tier.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  line=$(grep -E '[0-9]+% tests passed' "$LOG_DIR/$tier.log" | tail -n 1 || true)
+  if [ "$rc" -ne 0 ]; then
+    fail "$tier" "ctest exited $rc${line:+ ($line)}" "$rc"
+  fi
+  summary+=("$tier: ${line:-ctest printed no summary line}")
+}
+
+parse_args() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --tier)
+        [ $# -ge 2 ] || { echo "test.sh: --tier needs a value" >&2; exit 64; }
+        case " ${ALL_TIERS[*]} " in
+          *" $2 "*) tiers+=("$2") ;;
+          *) echo "test.sh: unknown tier '$2' (${ALL_TIERS[*]})" >&2; exit 64 ;;
+        esac
+        shift ;;
+      --tier=*) parse_args --tier "${1#--tier=}" ;;
+      --no-setup) run_setup=0 ;;
+      -h|--help) usage; exit 0 ;;
+      *) echo "test.sh: unknown option '$1'" >&2; usage >&2; exit 64 ;;
+    esac
+    shift
+  done
+}
+
+main() {
+  parse_args "$@"
+  [ ${#tiers[@]} -gt 0 ] || tiers=("${ALL_TIERS[@]}")
+  cd "$REPO"
+  if [ "$run_setup" -eq 1 ]; then
+    header "setup"
+    # The lab is prepared just before the lab tier, so an offline machine still gets
+    # the unit, abi and fuzz results.
+    scripts/setup.sh --no-lab || { echo "test.sh: setup failed" >&2; exit 1; }
+  fi
+  [ -f "$BUILD_DIR/CTestTestfile.cmake" ] || fail setup "no test tree in build/; run scripts/setup.sh"
+  local tier
+  for tier in "${ALL_TIERS[@]}"; do
+    case " ${tiers[*]} " in *" $tier "*) run_tier "$tier" ;; esac
+  done
+  recap
+}
+
+main "$@"

@@ -1,0 +1,446 @@
+// nccl-mesh-info: what the plugin would see on this node, without NCCL. Runs the plugin
+// core's own init (settings, verbs loader, NIC discovery), prints every usable RoCE port,
+// the devices NCCL would be offered, and, for each --peer, the local port(s) the subnet
+// routing picks to reach it. Exit status: 0 all good, 1 no usable port, 2 a peer has no
+// route, 64 bad command line.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mesh/handle_codec.h"
+#include "mesh/ipv4.h"
+#include "mesh/log.h"
+#include "mesh/nic_discovery.h"
+#include "mesh/plugin.h"
+#include "mesh/subnet_routing.h"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitNoPort = 1;
+constexpr int kExitNoRoute = 2;
+constexpr int kExitUsage = 64;  // EX_USAGE
+
+const char kUsage[] =
+    "usage: nccl-mesh-info [-v] [--json] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
+    "\n"
+    "Shows what the nccl-mesh plugin finds on this node: every usable RoCEv2 port (an\n"
+    "ACTIVE Ethernet RDMA port with an IPv4 address), the devices NCCL is offered, and how\n"
+    "each --peer is reached.\n"
+    "\n"
+    "  --peer SPEC   a peer node, given by its mesh address(es), comma-separated; repeat the\n"
+    "                option for several peers. Each address is taken to sit on its own peer\n"
+    "                NIC, as in the handle a peer's listener publishes. An address without\n"
+    "                /LEN gets the prefix length of the longest local prefix that contains\n"
+    "                it (so it routes exactly when it is on a local link), or /32 if none.\n"
+    "                Every parallel link to the peer is listed.\n"
+    "  --json        machine-readable output on stdout\n"
+    "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
+    "  -h, --help    this text\n"
+    "\n"
+    "Settings come from the environment as for the plugin (NCCL_MESH_HCA, NCCL_MESH_DEVICES,\n"
+    "NCCL_MESH_IBVERBS_LIB, ...).\n"
+    "\n"
+    "Exit status: 0 at least one usable port and every --peer routes; 1 no usable port (or\n"
+    "the plugin failed to initialize); 2 some --peer has no route; 64 bad command line.\n"
+    "\n"
+    "Example: nccl-mesh-info --peer 198.18.0.2 --peer 198.18.1.3,198.18.2.3\n";
+
+// --- command line ---------------------------------------------------------------------------
+
+struct PeerAddr {
+  uint32_t addr = 0;
+  int prefixLen = -1;  // -1: not given, inferred from the local prefixes
+};
+
+struct PeerSpec {
+  std::string text;
+  std::vector<PeerAddr> addrs;
+};
+
+struct Options {
+  bool help = false;
+  bool verbose = false;
+  bool json = false;
+  std::vector<PeerSpec> peers;
+};
+
+bool parsePeerAddr(const std::string& text, PeerAddr* out) {
+  size_t slash = text.find('/');
+  if (slash == std::string::npos) return mesh::parseIpv4(text, &out->addr);
+  mesh::Ipv4Prefix p;
+  if (!mesh::parsePrefix(text, &p)) return false;
+  out->addr = p.addr;
+  out->prefixLen = p.prefixLen;
+  return true;
+}
+
+bool parsePeer(const std::string& text, PeerSpec* out, std::string* error) {
+  out->text = text;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = std::min(text.find(',', start), text.size());
+    PeerAddr a;
+    std::string item = text.substr(start, comma - start);
+    if (!parsePeerAddr(item, &a)) {
+      *error = "--peer: '" + item + "' is not an IPv4 address (A.B.C.D or A.B.C.D/LEN)";
+      return false;
+    }
+    out->addrs.push_back(a);
+    start = comma + 1;
+  }
+  if (out->addrs.size() > mesh::kHandleMaxAddresses) {
+    *error = "--peer: at most " + std::to_string(mesh::kHandleMaxAddresses) +
+             " addresses per peer (what one handle carries)";
+    return false;
+  }
+  return true;
+}
+
+bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      opt->help = true;
+    } else if (arg == "-v" || arg == "--verbose") {
+      opt->verbose = true;
+    } else if (arg == "--json") {
+      opt->json = true;
+    } else if (arg == "--peer" || arg.rfind("--peer=", 0) == 0) {
+      std::string value;
+      if (arg != "--peer") {
+        value = arg.substr(strlen("--peer="));
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        *error = "--peer needs a value";
+        return false;
+      }
+      PeerSpec spec;
+      if (!parsePeer(value, &spec, error)) return false;
+      opt->peers.push_back(spec);
+    } else {
+      *error = "unknown argument '" + arg + "'";
+      return false;
+    }
+  }
+  return true;
+}
+
+// --- what the plugin found, in routing's terms -------------------------------------------
+
+std::vector<mesh::LocalNic> localNics(const mesh::Discovery& d) {
+  std::vector<mesh::LocalNic> nics;
+  for (size_t i = 0; i < d.ports.size(); ++i) {
+    mesh::LocalNic nic;
+    nic.index = static_cast<int>(i);
+    nic.label = d.ports[i].label();
+    for (const mesh::PortAddress& a : d.ports[i].addrs) nic.addrs.push_back({a.ip, a.gidIndex});
+    nics.push_back(nic);
+  }
+  return nics;
+}
+
+// Longest local prefix containing addr, or 32 when no local subnet does.
+uint8_t inferPrefix(const std::vector<mesh::LocalNic>& nics, uint32_t addr) {
+  int best = -1;
+  for (const mesh::LocalNic& nic : nics) {
+    for (const mesh::LocalAddress& a : nic.addrs) {
+      if (a.ip.prefixLen > best && mesh::sameSubnet(a.ip.addr, addr, a.ip.prefixLen)) {
+        best = a.ip.prefixLen;
+      }
+    }
+  }
+  return static_cast<uint8_t>(best < 0 ? 32 : best);
+}
+
+std::vector<mesh::HandleAddress> peerAddresses(const PeerSpec& spec,
+                                               const std::vector<mesh::LocalNic>& nics) {
+  std::vector<mesh::HandleAddress> out;
+  for (size_t i = 0; i < spec.addrs.size(); ++i) {
+    const PeerAddr& a = spec.addrs[i];
+    mesh::HandleAddress h;
+    h.addr = a.addr;
+    h.prefixLen = a.prefixLen >= 0 ? static_cast<uint8_t>(a.prefixLen) : inferPrefix(nics, a.addr);
+    h.nic = static_cast<uint8_t>(i);
+    out.push_back(h);
+  }
+  return out;
+}
+
+struct PeerRoutes {
+  const PeerSpec* spec;
+  mesh::RouteResult result;
+};
+
+std::vector<PeerRoutes> routeAll(const Options& opt, const mesh::Discovery& d) {
+  std::vector<mesh::LocalNic> nics = localNics(d);
+  std::vector<PeerRoutes> out;
+  for (const PeerSpec& spec : opt.peers) {
+    out.push_back({&spec, mesh::routeToPeer(nics, peerAddresses(spec, nics))});
+  }
+  return out;
+}
+
+// --- formatting ------------------------------------------------------------------------------
+
+std::string gidText(const uint8_t gid[16]) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  return inet_ntop(AF_INET6, gid, buf, sizeof(buf)) != nullptr ? buf : "?";
+}
+
+// As ibv_devinfo prints a node GUID: four groups of four hex digits.
+std::string guidText(uint64_t guid) {
+  char buf[24];
+  snprintf(buf, sizeof(buf), "%04x:%04x:%04x:%04x", static_cast<unsigned>(guid >> 48) & 0xffff,
+           static_cast<unsigned>(guid >> 32) & 0xffff, static_cast<unsigned>(guid >> 16) & 0xffff,
+           static_cast<unsigned>(guid) & 0xffff);
+  return buf;
+}
+
+std::string speedText(int mbps) {
+  if (mbps <= 0) return "unknown";
+  if (mbps % 1000 == 0) return std::to_string(mbps / 1000) + " Gbps";
+  return std::to_string(mbps) + " Mbps";
+}
+
+std::string ptrSupportText(int ptr) {
+  std::string out;
+  if (ptr & mesh::kPtrHost) out += "HOST";
+  if (ptr & mesh::kPtrCuda) out += out.empty() ? "CUDA" : "|CUDA";
+  if (ptr & mesh::kPtrDmabuf) out += out.empty() ? "DMABUF" : "|DMABUF";
+  return out.empty() ? "none" : out;
+}
+
+std::string portsText(const mesh::NetDevice& dev, const mesh::Discovery& d) {
+  std::string out;
+  for (int p : dev.ports) {
+    if (!out.empty()) out += ",";
+    out += d.ports[p].device + ":" + std::to_string(d.ports[p].port);
+  }
+  return out;
+}
+
+const char* yesNo(bool b) { return b ? "yes" : "no"; }
+
+// Left-aligned columns sized to their widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print() const {
+    std::vector<size_t> width(rows_[0].size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    }
+    for (const auto& row : rows_) {
+      std::string line = " ";
+      for (size_t c = 0; c < row.size(); ++c) {
+        line += " " + row[c];
+        if (c + 1 < row.size()) line += std::string(width[c] - row[c].size(), ' ');
+      }
+      printf("%s\n", line.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// --- text output -----------------------------------------------------------------------------
+
+void printPorts(const mesh::Discovery& d) {
+  printf("RDMA ports usable by the mesh: %zu\n", d.ports.size());
+  if (d.ports.empty()) return;
+  Table t({"PORT", "NETDEV", "STATE", "ADDRESS", "GID IDX", "GID", "MTU", "SPEED", "GDR",
+           "DMA-BUF", "GUID", "PCI PATH"});
+  for (const mesh::MeshPort& p : d.ports) {
+    for (const mesh::PortAddress& a : p.addrs) {
+      t.add({p.device + ":" + std::to_string(p.port), p.netdev, "ACTIVE",
+             mesh::formatPrefix(a.ip), std::to_string(a.gidIndex), gidText(a.gid),
+             std::to_string(p.mtuBytes), speedText(p.speedMbps), yesNo(p.gdr), yesNo(p.dmabuf),
+             guidText(p.guid), p.pciPath.empty() ? "-" : p.pciPath});
+    }
+  }
+  t.print();
+}
+
+void printDevices(const mesh::Plugin& plugin) {
+  const char* mode = plugin.config().devices == mesh::DeviceMode::Port ? "port" : "node";
+  printf("\nNCCL devices (NCCL_MESH_DEVICES=%s): %d\n", mode, plugin.deviceCount());
+  if (plugin.deviceCount() == 0) return;
+  Table t({"DEV", "NAME", "PORTS", "SPEED", "PTR SUPPORT", "MAX RECVS", "MAX COMMS"});
+  for (int i = 0; i < plugin.deviceCount(); ++i) {
+    const mesh::NetDevice* dev = nullptr;
+    if (plugin.device(i, &dev) != ncclSuccess) continue;
+    t.add({std::to_string(i), dev->name, portsText(*dev, plugin.discovery()),
+           speedText(dev->speedMbps), ptrSupportText(dev->ptrSupport),
+           std::to_string(dev->maxRecvs), std::to_string(dev->maxComms)});
+  }
+  t.print();
+}
+
+std::string routeText(const mesh::Route& r, const mesh::Discovery& d) {
+  return mesh::formatIpv4(r.peerAddr) + " -> " + d.ports[r.localNic].label() + " via " +
+         mesh::formatPrefix(r.local) + " (GID index " + std::to_string(r.gidIndex) + ")";
+}
+
+void printRoutes(const std::vector<PeerRoutes>& routes, const mesh::Discovery& d) {
+  if (routes.empty()) return;
+  printf("\nRoutes to peers:\n");
+  for (const PeerRoutes& pr : routes) {
+    if (!pr.result.ok()) {
+      printf("  peer %s: NO ROUTE: %s\n", pr.spec->text.c_str(), pr.result.error.c_str());
+      continue;
+    }
+    size_t n = pr.result.routes.size();
+    printf("  peer %s: %zu link%s\n", pr.spec->text.c_str(), n, n == 1 ? "" : "s");
+    for (const mesh::Route& r : pr.result.routes) printf("    %s\n", routeText(r, d).c_str());
+  }
+}
+
+void printNoPortHint(const mesh::Plugin& plugin) {
+  if (plugin.verbs().libHandle == nullptr) {
+    printf("\nhint: no usable RDMA port: libibverbs (%s) could not be loaded. Install\n"
+           "      rdma-core (Debian/Ubuntu: apt-get install libibverbs1 ibverbs-providers;\n"
+           "      RHEL: dnf install rdma-core libibverbs) or set NCCL_MESH_IBVERBS_LIB.\n",
+           plugin.config().ibverbsLib.c_str());
+    return;
+  }
+  printf("\nhint: no usable RDMA port. The mesh needs an ACTIVE RoCE (Ethernet) RDMA port\n"
+         "      whose netdev has an IPv4 address. Check `ibv_devinfo` (no device at all:\n"
+         "      load the NIC driver, or for Soft-RoCE `rdma link add rxe0 type rxe netdev\n"
+         "      eth0`), `rdma link`, `ip addr` and NCCL_MESH_HCA. Run with -v to see why\n"
+         "      each port was skipped.\n");
+}
+
+// --- JSON output -----------------------------------------------------------------------------
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string jsonPort(const mesh::MeshPort& p) {
+  std::string addrs;
+  for (const mesh::PortAddress& a : p.addrs) {
+    if (!addrs.empty()) addrs += ", ";
+    addrs += "{\"address\": " + jsonString(mesh::formatPrefix(a.ip)) +
+             ", \"gid_index\": " + std::to_string(a.gidIndex) +
+             ", \"gid\": " + jsonString(gidText(a.gid)) + "}";
+  }
+  return "{\"device\": " + jsonString(p.device) + ", \"port\": " + std::to_string(p.port) +
+         ", \"label\": " + jsonString(p.label()) + ", \"netdev\": " + jsonString(p.netdev) +
+         ", \"state\": \"ACTIVE\", \"addresses\": [" + addrs + "]" +
+         ", \"mtu\": " + std::to_string(p.mtuBytes) +
+         ", \"speed_mbps\": " + std::to_string(p.speedMbps) +
+         ", \"pci_path\": " + jsonString(p.pciPath) + ", \"guid\": " + jsonString(guidText(p.guid)) +
+         ", \"gdr\": " + (p.gdr ? "true" : "false") + ", \"dmabuf\": " +
+         (p.dmabuf ? "true" : "false") + "}";
+}
+
+std::string jsonDevice(const mesh::NetDevice& dev, const mesh::Discovery& d) {
+  return "{\"name\": " + jsonString(dev.name) + ", \"ports\": " +
+         jsonString(portsText(dev, d)) + ", \"speed_mbps\": " + std::to_string(dev.speedMbps) +
+         ", \"ptr_support\": " + std::to_string(dev.ptrSupport) +
+         ", \"max_recvs\": " + std::to_string(dev.maxRecvs) + "}";
+}
+
+std::string jsonPeer(const PeerRoutes& pr, const mesh::Discovery& d) {
+  std::string links;
+  for (const mesh::Route& r : pr.result.routes) {
+    if (!links.empty()) links += ", ";
+    links += "{\"peer_address\": " + jsonString(mesh::formatIpv4(r.peerAddr)) +
+             ", \"port\": " + jsonString(d.ports[r.localNic].label()) +
+             ", \"local\": " + jsonString(mesh::formatPrefix(r.local)) +
+             ", \"gid_index\": " + std::to_string(r.gidIndex) + "}";
+  }
+  return "{\"peer\": " + jsonString(pr.spec->text) + ", \"ok\": " +
+         (pr.result.ok() ? "true" : "false") + ", \"links\": [" + links + "]" +
+         ", \"error\": " + jsonString(pr.result.error) + "}";
+}
+
+template <typename T, typename Fn>
+std::string jsonList(const std::vector<T>& items, Fn&& fn) {
+  std::string out;
+  for (const T& item : items) out += (out.empty() ? "\n    " : ",\n    ") + fn(item);
+  return "[" + out + (items.empty() ? "]" : "\n  ]");
+}
+
+void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes) {
+  const mesh::Discovery& d = plugin.discovery();
+  std::vector<mesh::NetDevice> devices;
+  for (int i = 0; i < plugin.deviceCount(); ++i) {
+    const mesh::NetDevice* dev = nullptr;
+    if (plugin.device(i, &dev) == ncclSuccess) devices.push_back(*dev);
+  }
+  printf("{\n  \"verbs_loaded\": %s,\n", plugin.verbs().libHandle != nullptr ? "true" : "false");
+  printf("  \"ports\": %s,\n", jsonList(d.ports, jsonPort).c_str());
+  printf("  \"devices\": %s,\n",
+         jsonList(devices, [&](const mesh::NetDevice& n) { return jsonDevice(n, d); }).c_str());
+  printf("  \"peers\": %s\n}\n",
+         jsonList(routes, [&](const PeerRoutes& pr) { return jsonPeer(pr, d); }).c_str());
+}
+
+// --- main ------------------------------------------------------------------------------------
+
+int exitStatus(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes) {
+  if (plugin.discovery().ports.empty()) return kExitNoPort;
+  for (const PeerRoutes& pr : routes) {
+    if (!pr.result.ok()) return kExitNoRoute;
+  }
+  return kExitOk;
+}
+
+int report(const Options& opt) {
+  mesh::Plugin& plugin = mesh::Plugin::instance();
+  if (plugin.init(nullptr) != ncclSuccess) {
+    fprintf(stderr, "nccl-mesh-info: the plugin failed to initialize (see the messages above)\n");
+    return kExitNoPort;
+  }
+  std::vector<PeerRoutes> routes = routeAll(opt, plugin.discovery());
+  if (opt.json) {
+    printJson(plugin, routes);
+  } else {
+    printPorts(plugin.discovery());
+    printDevices(plugin);
+    printRoutes(routes, plugin.discovery());
+    if (plugin.discovery().ports.empty()) printNoPortHint(plugin);
+  }
+  return exitStatus(plugin, routes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  std::string error;
+  if (!parseArgs(argc, argv, &opt, &error)) {
+    fprintf(stderr, "nccl-mesh-info: %s\n\n%s", error.c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (opt.help) {
+    fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (opt.verbose) mesh::setFallbackLevel(NCCL_LOG_INFO);
+  int status = report(opt);
+  mesh::Plugin::instance().shutdown();
+  return status;
+}

@@ -1,0 +1,332 @@
+// abi_load: the built plugin loaded exactly as NCCL loads it. The library is found by name
+// through LD_LIBRARY_PATH (ctest sets it to the plugin's directory), opened with
+// RTLD_NOW | RTLD_LOCAL, and driven only through the ncclNetPlugin_v8 table. This
+// executable links -ldl and gtest, never mesh_core: it sees what NCCL sees.
+//
+// Every test dlopen()s the library anew and dlclose()s it at the end, and checks that the
+// close really unloaded it: the plugin tears its state down in its library destructor, so
+// each test starts from a fresh, never-initialized plugin.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net_v8.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr const char* kPluginName = "libnccl-net-mesh.so";
+constexpr const char* kPluginSymbol = "ncclNetPlugin_v8";
+
+// --- capturing logger: what the plugin tells NCCL's log -----------------------------------
+
+struct LogLine {
+  ncclDebugLogLevel level;
+  std::string text;
+};
+
+std::mutex gLogMutex;           // the reactor thread may log too
+std::vector<LogLine> gLog;
+
+extern "C" void captureLog(ncclDebugLogLevel level, unsigned long /*flags*/,
+                           const char* /*file*/, int /*line*/, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  gLog.push_back(LogLine{level, buf});
+}
+
+void clearLog() {
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  gLog.clear();
+}
+
+std::vector<std::string> logged(ncclDebugLogLevel level) {
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  std::vector<std::string> out;
+  for (const LogLine& l : gLog) {
+    if (l.level == level) out.push_back(l.text);
+  }
+  return out;
+}
+
+std::string joinLines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += "\n  " + l;
+  return out;
+}
+
+bool contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+
+// --- process introspection ---------------------------------------------------------------
+
+int threadCount() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+// pthread_join returns once the thread has left user code; the kernel may list the task a
+// moment longer. Polls until the count is `want` (or the deadline passes) and returns it.
+int waitForThreadCount(int want) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int n = threadCount();
+  while (n != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = threadCount();
+  }
+  return n;
+}
+
+bool pluginStillMapped() {
+  void* h = dlopen(kPluginName, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
+// --- the library, opened as NCCL opens it --------------------------------------------------
+
+class Plugin {
+ public:
+  Plugin() = default;
+  ~Plugin() { close(); }
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  // dlopen + dlsym; on failure returns false with the reason in *why.
+  bool open(std::string* why) {
+    handle_ = dlopen(kPluginName, RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      const char* err = dlerror();
+      *why = std::string("dlopen(") + kPluginName + ") failed: " + (err ? err : "?") +
+             " (LD_LIBRARY_PATH=" + (getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "") +
+             ")";
+      return false;
+    }
+    net_ = static_cast<const ncclNet_v8_t*>(dlsym(handle_, kPluginSymbol));
+    if (net_ == nullptr) {
+      *why = std::string("dlsym(") + kPluginSymbol + ") failed";
+      return false;
+    }
+    return true;
+  }
+
+  // dlclose; true when the library is really gone from the process afterwards.
+  bool close() {
+    if (handle_ == nullptr) return true;
+    int rc = dlclose(handle_);
+    handle_ = nullptr;
+    net_ = nullptr;
+    return rc == 0 && !pluginStillMapped();
+  }
+
+  const ncclNet_v8_t& net() const { return *net_; }
+
+ private:
+  void* handle_ = nullptr;
+  const ncclNet_v8_t* net_ = nullptr;
+};
+
+// Sets an environment variable for one scope (before dlopen/init), removes it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+class AbiLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(pluginStillMapped()) << "a previous test left the plugin loaded";
+    clearLog();
+  }
+  void TearDown() override {
+    EXPECT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;
+  }
+
+  // Opens the library; the test stops with the reason if that fails.
+  void openPlugin() {
+    std::string why;
+    ASSERT_TRUE(plugin_.open(&why)) << why;
+  }
+  const ncclNet_v8_t& net() const { return plugin_.net(); }
+
+  Plugin plugin_;
+};
+
+// --- (a) a machine without RDMA ports: a working plugin with zero devices -----------------
+
+TEST_F(AbiLoad, NameIsMeshAndEveryEntryPointIsSet) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_NE(net().name, nullptr);
+  EXPECT_STREQ(net().name, "Mesh");
+  const void* const* entries = reinterpret_cast<const void* const*>(&net());
+  for (size_t i = 1; i < sizeof(ncclNet_v8_t) / sizeof(void*); ++i) {
+    EXPECT_NE(entries[i], nullptr) << "entry point " << i << " is NULL";
+  }
+}
+
+TEST_F(AbiLoad, InitWithoutRdmaPortsReportsZeroDevicesAndOneWarning) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  int ndev = -1;
+  ASSERT_EQ(net().devices(&ndev), ncclSuccess);
+  std::vector<std::string> warns = logged(NCCL_LOG_WARN);
+  if (ndev > 0) {
+    // A machine with usable RoCE ports (e.g. inside the lab): nothing to warn about.
+    EXPECT_TRUE(warns.empty()) << joinLines(warns);
+    GTEST_SKIP() << "this machine has " << ndev << " Mesh device(s); the no-RDMA path is "
+                 << "also covered by MissingVerbsLibraryIsAWarningNotAFailure";
+  }
+  EXPECT_EQ(ndev, 0);
+  ASSERT_EQ(warns.size(), 1u) << "expected exactly one WARN:" << joinLines(warns);
+  // rdma-core present but no port: "no usable RDMA port"; rdma-core absent: "no RDMA: ...".
+  EXPECT_TRUE(contains(warns[0], "no usable RDMA port") || contains(warns[0], "no RDMA"))
+      << warns[0];
+  EXPECT_TRUE(contains(warns[0], "0 devices")) << warns[0];
+}
+
+// --- (b) rdma-core missing: a clear warning, zero devices, no failure -------------------
+
+TEST_F(AbiLoad, MissingVerbsLibraryIsAWarningNotAFailure) {
+  const char* kLib = "/nonexistent/libibverbs.so.1";
+  ScopedEnv env("NCCL_MESH_IBVERBS_LIB", kLib);
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  int ndev = -1;
+  ASSERT_EQ(net().devices(&ndev), ncclSuccess);
+  EXPECT_EQ(ndev, 0);
+  std::vector<std::string> warns = logged(NCCL_LOG_WARN);
+  ASSERT_EQ(warns.size(), 1u) << "expected exactly one WARN:" << joinLines(warns);
+  EXPECT_TRUE(contains(warns[0], kLib)) << "the WARN should name the library: " << warns[0];
+  EXPECT_TRUE(contains(warns[0], "rdma-core")) << "the WARN should say what to install: "
+                                               << warns[0];
+  EXPECT_TRUE(contains(warns[0], "install")) << warns[0];
+}
+
+// --- (c) threads: the reactor runs after init and never outlives the library -------------
+
+void initAndCountDevices(const ncclNet_v8_t& net) {
+  ASSERT_EQ(net.init(captureLog), ncclSuccess);
+  int ndev = -1;
+  ASSERT_EQ(net.devices(&ndev), ncclSuccess);
+  EXPECT_GE(ndev, 0);
+}
+
+TEST_F(AbiLoad, NoThreadOutlivesTheLibrary) {
+  const int baseline = threadCount();
+  ASSERT_GT(baseline, 0) << "cannot read /proc/self/task";
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE("load round " + std::to_string(round));
+    ASSERT_NO_FATAL_FAILURE(openPlugin());
+    ASSERT_NO_FATAL_FAILURE(initAndCountDevices(net()));
+    EXPECT_GT(threadCount(), baseline) << "init should start the handshake reactor thread";
+    ASSERT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;
+    EXPECT_EQ(waitForThreadCount(baseline), baseline)
+        << "a thread is still running after dlclose";
+  }
+}
+
+// --- (d) misuse is reported, never a crash ------------------------------------------------
+
+TEST_F(AbiLoad, CallsBeforeInitAreInvalidUsage) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  int ndev = -1;
+  EXPECT_EQ(net().devices(&ndev), ncclInvalidUsage);
+  ncclNetProperties_v8_t props;
+  EXPECT_EQ(net().getProperties(0, &props), ncclInvalidUsage);
+}
+
+TEST_F(AbiLoad, NullAndOutOfRangeArgumentsAreRejected) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  EXPECT_EQ(net().devices(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net().getProperties(0, nullptr), ncclInvalidArgument);
+  int ndev = -1;
+  ASSERT_EQ(net().devices(&ndev), ncclSuccess);
+  ncclNetProperties_v8_t props;
+  EXPECT_NE(net().getProperties(ndev + 5, &props), ncclSuccess);
+  EXPECT_NE(net().getProperties(-1, &props), ncclSuccess);
+}
+
+TEST_F(AbiLoad, HostOnlyHooksAreHarmless) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  void* dptr = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(net().getDeviceMr(nullptr, nullptr, &dptr), ncclSuccess);
+  EXPECT_EQ(dptr, nullptr);
+  EXPECT_EQ(net().getDeviceMr(nullptr, nullptr, nullptr), ncclSuccess);
+  EXPECT_EQ(net().irecvConsumed(nullptr, 0, nullptr), ncclSuccess);
+}
+
+TEST_F(AbiLoad, InitTwiceIsHarmless) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  int first = -1;
+  ASSERT_EQ(net().devices(&first), ncclSuccess);
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  int second = -1;
+  ASSERT_EQ(net().devices(&second), ncclSuccess);
+  EXPECT_EQ(first, second);
+}
+
+// --- (e) a bad setting is named in a warning ------------------------------------------------
+
+TEST_F(AbiLoad, BadSettingIsWarnedAboutByName) {
+  ScopedEnv env("NCCL_MESH_DEVICES", "bogus");
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  int ndev = -1;
+  EXPECT_EQ(net().devices(&ndev), ncclSuccess);
+  std::vector<std::string> warns = logged(NCCL_LOG_WARN);
+  bool named = false;
+  for (const std::string& w : warns) named = named || (contains(w, "NCCL_MESH_DEVICES") &&
+                                                       contains(w, "bogus"));
+  EXPECT_TRUE(named) << "no WARN names NCCL_MESH_DEVICES='bogus':" << joinLines(warns);
+}
+
+// The tests assume the plugin's defaults: drop NCCL_MESH_* settings inherited from the
+// caller's shell.
+void clearMeshSettings() {
+  std::vector<std::string> names;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, "NCCL_MESH_", 10) == 0) names.emplace_back(*e, strcspn(*e, "="));
+  }
+  for (const std::string& n : names) unsetenv(n.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  clearMeshSettings();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
