@@ -51,8 +51,18 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, HsMessage* local) {
     Link l;
     l.route = r;
     l.port = &disc_->ports.at(static_cast<size_t>(r.localNic));
+    if (settings_.gidIndex >= 0) {
+      // A forced GID index: send from whatever GID sits there on this port.
+      const VerbsDevice& dev = *disc_->devices.at(static_cast<size_t>(l.port->deviceIndex));
+      ibv_gid gid{};
+      MESH_REQUIRE(dev.api().queryGid(dev.context(), static_cast<uint8_t>(l.port->port), settings_.gidIndex, &gid) == 0,
+                   ncclInvalidUsage, "NCCL_MESH_GID_INDEX=%d: cannot read that GID on %s: %s", settings_.gidIndex,
+                   l.port->label().c_str(), strerror(errno));
+      l.route.gidIndex = settings_.gidIndex;
+      memcpy(l.gid, gid.raw, 16);
+    }
     for (const PortAddress& a : l.port->addrs) {
-      if (a.gidIndex == r.gidIndex) memcpy(l.gid, a.gid, 16);
+      if (settings_.gidIndex < 0 && a.gidIndex == r.gidIndex) memcpy(l.gid, a.gid, 16);
     }
     links_.push_back(l);
   }

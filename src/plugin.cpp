@@ -127,6 +127,7 @@ CommSettings Plugin::commSettings() const {
     if (p.maxMsgSize > 0 && p.maxMsgSize < s.maxWrBytes) s.maxWrBytes = p.maxMsgSize;
   }
   s.mtuCap = config_.mtu;
+  s.gidIndex = config_.gidIndex;
   s.forceFlush = config_.forceFlush;
   s.gdrFlushDisable = config_.gdrFlushDisable;
   s.tuning.timeout = config_.ibTimeout;

@@ -102,6 +102,7 @@ struct CommSettings {
   size_t splitMin = 65536;
   size_t maxWrBytes = 1u << 30;
   int mtuCap = 0;
+  int gidIndex = -1;             // NCCL_MESH_GID_INDEX: forced GID index, -1 per address
   bool forceFlush = false;       // flush host memory too (tests)
   bool gdrFlushDisable = false;
   QpTuning tuning;

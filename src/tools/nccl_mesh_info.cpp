@@ -40,6 +40,8 @@ const char kUsage[] =
     "                Every parallel link to the peer is listed.\n"
     "  --json        machine-readable output on stdout\n"
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
+    "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
+    "                table and exit\n"
     "  -h, --help    this text\n"
     "\n"
     "Settings come from the environment as for the plugin (NCCL_MESH_HCA, NCCL_MESH_DEVICES,\n"
@@ -66,6 +68,7 @@ struct Options {
   bool help = false;
   bool verbose = false;
   bool json = false;
+  bool settings = false;
   std::vector<PeerSpec> peers;
 };
 
@@ -110,6 +113,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->verbose = true;
     } else if (arg == "--json") {
       opt->json = true;
+    } else if (arg == "--settings") {
+      opt->settings = true;
     } else if (arg == "--peer" || arg.rfind("--peer=", 0) == 0) {
       std::string value;
       if (arg != "--peer") {
@@ -437,6 +442,13 @@ int main(int argc, char** argv) {
   }
   if (opt.help) {
     fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (opt.settings) {
+    printf("| Variable | Default | Meaning |\n|---|---|---|\n");
+    for (const mesh::SettingInfo& s : mesh::settingsTable()) {
+      printf("| `%s` | %s | %s |\n", s.name, *s.defaultText ? (std::string("`") + s.defaultText + "`").c_str() : "(empty)", s.doc);
+    }
     return kExitOk;
   }
   if (opt.verbose) mesh::setFallbackLevel(NCCL_LOG_INFO);
