@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "mesh/check.h"
+#include "mesh/chunk_plan.h"
 #include "mesh/comm.h"
 #include "mesh/log.h"
 
@@ -83,16 +84,9 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
 }
 
 void SendComm::shareOf(const Request* r, int q, size_t* lo, size_t* hi) const {
-  size_t s = r->size;
-  if (nqps_ == 1 || s < settings_.splitMin) {
-    *lo = 0;
-    *hi = q == 0 ? s : 0;
-    return;
-  }
-  size_t chunk = (s + nqps_ - 1) / nqps_;
-  chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
-  *lo = std::min(s, chunk * static_cast<size_t>(q));
-  *hi = std::min(s, *lo + chunk);
+  Span span = qpShare(r->size, q, nqps_, settings_.splitMin);
+  *lo = span.lo;
+  *hi = span.hi;
 }
 
 // Posts as much of group `slot`'s share on QP q as credits allow.

@@ -51,7 +51,6 @@ constexpr int kMaxQps = 16;          // per comm, over all links
 constexpr int kRequestPool = 2 * kFifoDepth;
 constexpr int kMaxBatch = 32;        // WRs per ibv_post_send call
 constexpr int kSendQueueDepth = 128; // per data QP
-constexpr int kChunkAlign = 128;
 constexpr uint32_t kImmViaSizes = 0xffffffffu;  // immediate: "read sizes[slot]"
 
 struct alignas(64) FifoSlot {
