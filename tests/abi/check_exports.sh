@@ -1,5 +1,6 @@
 #!/bin/sh
-# abi_exports: the plugin's whole dynamic interface is the one symbol NCCL looks up, and
+# abi_exports: the plugin's whole dynamic interface is the four tables NCCL looks up
+# (ncclNetPlugin_v8, _v9, _v10, _v11), and
 # it has no link-time dependency on rdma-core (libibverbs is dlopen'ed at init).
 #
 #   check_exports.sh LIBRARY [NM] [READELF]
@@ -7,7 +8,9 @@
 # Exit status: 0 every check passed, 1 a check failed, 2 usage or tool error.
 set -u
 
-expected=ncclNetPlugin_v8
+# Sorted as `sort` prints them.
+expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v8 ncclNetPlugin_v9"
+expected_count=4
 lib=${1:-}
 nm=${2:-nm}
 readelf=${3:-readelf}
@@ -23,20 +26,20 @@ fail() {
   failures=$((failures + 1))
 }
 
-# 1. Defined dynamic symbols: exactly one line, and it names $expected.
+# 1. Defined dynamic symbols: exactly the $expected_count tables in $expected.
 #    Lines look like "00000000000218c0 D ncclNetPlugin_v8" (possibly "@VERSION" after it).
 if ! defined=$("$nm" -D --defined-only "$lib"); then
   echo "ERROR: $nm -D --defined-only $lib failed" >&2
   exit 2
 fi
 count=$(printf '%s\n' "$defined" | grep -c .)
-if [ "$count" -ne 1 ]; then
-  fail "$count defined dynamic symbols, expected exactly 1 ($expected):"
+if [ "$count" -ne "$expected_count" ]; then
+  fail "$count defined dynamic symbols, expected exactly $expected_count ($expected):"
   printf '%s\n' "$defined" | sed 's/^/  /'
 else
-  name=$(printf '%s\n' "$defined" | awk '{ n = $NF; sub(/@.*/, "", n); print n }')
-  if [ "$name" != "$expected" ]; then
-    fail "the defined dynamic symbol is '$name', expected '$expected'"
+  names=$(printf '%s\n' "$defined" | awk '{ n = $NF; sub(/@.*/, "", n); print n }' | LC_ALL=C sort | tr '\n' ' ')
+  if [ "${names% }" != "$expected" ]; then
+    fail "the defined dynamic symbols are '${names% }', expected '$expected'"
   fi
 fi
 

@@ -1,0 +1,55 @@
+// The ncclNet v10 ABI (NCCL 2.26, 2.27; NCCL 2.28+ also drives v10 plugins through its shim).
+// A thin adapter over abi_common.h: v9 plus NCCL's profiler callback (accepted, not used:
+// the plugin emits no profiler events), profiler handles on isend/irecv (ignored), and a
+// per-communicator traffic class at connect.
+// makeVDevice stays NULL, as in v9 (see net_v9.cpp).
+#include "abi_common.h"
+#include "net_v10.h"
+
+namespace mesh {
+namespace {
+
+ncclResult_t v10Init(ncclDebugLogger_t logFunction, ncclProfilerCallback_t) { return abi::init(logFunction); }
+
+// NCCL passes the communicator's config on every connect call, or NULL (its GPUDirect probe).
+ncclResult_t v10Connect(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
+                        ncclNetDeviceHandle_v10_t** sendDevComm) {
+  ConnOptions opts;
+  MESH_CHECK(abi::connOptions(config, "connect", &opts));
+  return abi::connect(dev, handle, opts, sendComm, sendDevComm);
+}
+
+ncclResult_t v10Isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*, void** request) {
+  return abi::isend(sendComm, data, size, tag, mhandle, request);
+}
+
+ncclResult_t v10Irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void**,
+                      void** request) {
+  return abi::irecv(recvComm, n, data, sizes, tags, mhandles, request);
+}
+
+}  // namespace
+}  // namespace mesh
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
+    "Mesh",
+    mesh::v10Init,
+    mesh::abi::devices,
+    mesh::abi::getProperties<ncclNetProperties_v10_t>,
+    mesh::abi::listen,
+    mesh::v10Connect,
+    mesh::abi::accept,
+    mesh::abi::regMr,
+    mesh::abi::regMrDmaBuf,
+    mesh::abi::deregMr,
+    mesh::v10Isend,
+    mesh::v10Irecv,
+    mesh::abi::iflush,
+    mesh::abi::test,
+    mesh::abi::closeSend,
+    mesh::abi::closeRecv,
+    mesh::abi::closeListen,
+    mesh::abi::getDeviceMr,
+    mesh::abi::irecvConsumed,
+    nullptr,  // makeVDevice
+};

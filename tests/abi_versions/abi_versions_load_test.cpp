@@ -1,0 +1,568 @@
+// abi_versions_load: the built plugin loaded as NCCL loads it, driven through EACH of its
+// four tables (ncclNetPlugin_v8, _v9, _v10, _v11). The library is found by name through
+// LD_LIBRARY_PATH (ctest sets it), opened RTLD_NOW | RTLD_LOCAL, and reached only through
+// dlsym: this executable links -ldl and gtest, never the plugin's code.
+//
+// Every test opens the library anew and checks at the end that dlclose really unloaded it,
+// so each starts from a never-initialized plugin. Most tests run once per version through
+// net_api.h (which the e2e driver uses too); version-specific ones call the raw tables.
+// On a machine without RDMA ports the plugin reports 0 devices; tests that need a device
+// skip there (the lab runs them).
+#include <dirent.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net_api.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr const char* kPluginName = "libnccl-net-mesh.so";
+
+// --- capturing logger ----------------------------------------------------------------------
+
+std::mutex gLogMutex;  // the reactor thread may log too
+std::vector<std::pair<ncclDebugLogLevel, std::string>> gLog;
+
+extern "C" void captureLog(ncclDebugLogLevel level, unsigned long /*flags*/, const char* /*file*/,
+                           int /*line*/, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  gLog.emplace_back(level, buf);
+}
+
+void clearLog() {
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  gLog.clear();
+}
+
+// True when some WARN contains every one of `parts`.
+bool warned(std::initializer_list<const char*> parts) {
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  for (const auto& line : gLog) {
+    if (line.first != NCCL_LOG_WARN) continue;
+    bool all = true;
+    for (const char* p : parts) all = all && line.second.find(p) != std::string::npos;
+    if (all) return true;
+  }
+  return false;
+}
+
+std::string allWarnings() {
+  std::lock_guard<std::mutex> lock(gLogMutex);
+  std::string out;
+  for (const auto& line : gLog) {
+    if (line.first == NCCL_LOG_WARN) out += "\n  " + line.second;
+  }
+  return out.empty() ? " (none)" : out;
+}
+
+// --- process introspection -------------------------------------------------------------------
+
+int threadCount() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+// A joined thread may stay listed a moment longer: poll until the count is `want`.
+int waitForThreadCount(int want) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int n = threadCount();
+  while (n != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = threadCount();
+  }
+  return n;
+}
+
+bool pluginStillMapped() {
+  void* h = dlopen(kPluginName, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
+std::string versionName(const ::testing::TestParamInfo<int>& info) {
+  return "v" + std::to_string(info.param);
+}
+
+// --- fixture: the library, opened as NCCL opens it ---------------------------------------------
+
+class AbiVersions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(pluginStillMapped()) << "a previous test left the plugin loaded";
+    clearLog();
+  }
+  void TearDown() override { EXPECT_TRUE(closeLibrary()) << "dlclose did not unload " << kPluginName; }
+
+  void openLibrary() {
+    lib_ = dlopen(kPluginName, RTLD_NOW | RTLD_LOCAL);
+    const char* ld = getenv("LD_LIBRARY_PATH");
+    ASSERT_NE(lib_, nullptr) << "dlopen(" << kPluginName << "): " << dlerror()
+                             << " (LD_LIBRARY_PATH=" << (ld ? ld : "") << ")";
+  }
+  // Opens the library and binds `net` to ncclNetPlugin_v<version>.
+  void open(int version, netapi::NetApi* net) {
+    if (lib_ == nullptr) {
+      ASSERT_NO_FATAL_FAILURE(openLibrary());
+    }
+    std::string why;
+    ASSERT_TRUE(net->bind(lib_, version, &why)) << why;
+  }
+  template <typename Table>
+  const Table* table(const char* symbol) {
+    if (lib_ == nullptr) openLibrary();
+    return lib_ == nullptr ? nullptr : static_cast<const Table*>(dlsym(lib_, symbol));
+  }
+  bool closeLibrary() {
+    if (lib_ == nullptr) return true;
+    int rc = dlclose(lib_);
+    lib_ = nullptr;
+    return rc == 0 && !pluginStillMapped();
+  }
+
+  void* lib_ = nullptr;
+};
+
+class EachVersion : public AbiVersions, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override {
+    AbiVersions::SetUp();
+    ASSERT_NO_FATAL_FAILURE(open(GetParam(), &net_));
+  }
+  // init through the version's own entry point; returns the device count.
+  int initAndCount() {
+    EXPECT_EQ(net_.init(captureLog), ncclSuccess) << allWarnings();
+    int ndev = -1;
+    EXPECT_EQ(net_.devices(&ndev), ncclSuccess);
+    EXPECT_GE(ndev, 0);
+    return ndev;
+  }
+
+  netapi::NetApi net_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Abi, EachVersion, ::testing::ValuesIn(netapi::kVersions), versionName);
+
+// --- every version ----------------------------------------------------------------------------
+
+TEST_P(EachVersion, NameIsMeshAndTheEntryPointsAreSet) {
+  EXPECT_STREQ(net_.name(), "Mesh");
+  const void* const* entries = static_cast<const void* const*>(net_.table());
+  size_t count = 0;
+  size_t makeVDevice = 0;  // 0: this version has none
+  switch (GetParam()) {
+    case 8: count = sizeof(ncclNet_v8_t) / sizeof(void*); break;
+    case 9: count = sizeof(ncclNet_v9_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v9_t, makeVDevice); break;
+    case 10: count = sizeof(ncclNet_v10_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v10_t, makeVDevice); break;
+    case 11: count = sizeof(ncclNet_v11_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v11_t, makeVDevice); break;
+  }
+  for (size_t i = 1; i < count; ++i) {
+    if (makeVDevice != 0 && i == makeVDevice / sizeof(void*)) {
+      // NULL on purpose: NCCL then uses the devices as they are (no NIC fusion).
+      EXPECT_EQ(entries[i], nullptr) << "makeVDevice";
+    } else {
+      EXPECT_NE(entries[i], nullptr) << "entry point " << i << " is NULL";
+    }
+  }
+}
+
+TEST_P(EachVersion, InitWithoutRdmaPortsReportsZeroDevices) {
+  int ndev = initAndCount();
+  if (ndev > 0) GTEST_SKIP() << "this machine has " << ndev << " Mesh device(s)";
+  EXPECT_EQ(ndev, 0);
+  EXPECT_TRUE(warned({"0 devices"})) << "no WARN says the network has 0 devices:" << allWarnings();
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+TEST_P(EachVersion, CallsBeforeInitAreInvalidUsage) {
+  int ndev = -1;
+  EXPECT_EQ(net_.devices(&ndev), ncclInvalidUsage);
+  netapi::Properties props;
+  EXPECT_EQ(net_.getProperties(0, &props), ncclInvalidUsage);
+}
+
+TEST_P(EachVersion, GetPropertiesOnAMissingDeviceIsAnError) {
+  int ndev = initAndCount();
+  netapi::Properties props;
+  EXPECT_EQ(net_.getProperties(ndev, &props), ncclInvalidArgument);
+  EXPECT_EQ(net_.getProperties(ndev + 5, &props), ncclInvalidArgument);
+  EXPECT_EQ(net_.getProperties(-1, &props), ncclInvalidArgument);
+  EXPECT_EQ(net_.getProperties(INT_MAX, &props), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"does not exist"})) << allWarnings();
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+// Every pointer NCCL hands over is checked before use.
+TEST_P(EachVersion, NullPointersAreInvalidArgument) {
+  initAndCount();
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* out = nullptr;
+  int done = 0;
+  char buf[8];
+  void* data[1] = {buf};
+  size_t sizes[1] = {sizeof(buf)};
+  int intSizes[1] = {sizeof(buf)};
+  int tags[1] = {0};
+  void* mhs[1] = {nullptr};
+
+  EXPECT_EQ(net_.devices(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.listen(0, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.listen(0, handle, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.connect(0, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.connect(0, handle, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.accept(nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.regMr(nullptr, buf, sizeof(buf), NCCL_PTR_HOST, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.regMrDmaBuf(nullptr, buf, sizeof(buf), NCCL_PTR_HOST, 0, -1, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.deregMr(nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.isend(nullptr, buf, sizeof(buf), 0, nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(nullptr, 1, data, sizes, tags, mhs, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.iflush(nullptr, 1, data, intSizes, mhs, &out), ncclInvalidArgument);
+  EXPECT_EQ(net_.test(nullptr, &done, nullptr, 0), ncclInvalidArgument);
+  EXPECT_EQ(net_.closeSend(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.closeRecv(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.closeListen(nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"is NULL"})) << allWarnings();
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+// A non-NULL comm with NULL arrays, a zero or oversized group: rejected before the comm is
+// touched (the fake comm pointer is never dereferenced).
+TEST_P(EachVersion, MalformedGroupedReceiveIsInvalidArgument) {
+  initAndCount();
+  alignas(64) char fakeComm[256] = {};
+  char buf[8];
+  void* data[1] = {buf};
+  size_t sizes[1] = {sizeof(buf)};
+  int tags[1] = {0};
+  void* mhs[1] = {nullptr};
+  void* req = nullptr;
+  EXPECT_EQ(net_.irecv(fakeComm, 1, nullptr, sizes, tags, mhs, &req), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(fakeComm, 1, data, nullptr, tags, mhs, &req), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(fakeComm, 1, data, sizes, nullptr, mhs, &req), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(fakeComm, 1, data, sizes, tags, nullptr, &req), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(fakeComm, 0, data, sizes, tags, mhs, &req), ncclInvalidArgument);
+  EXPECT_EQ(net_.irecv(fakeComm, 1, data, sizes, tags, mhs, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+// With no device, listen/connect fail cleanly (an error, no comm, no crash).
+TEST_P(EachVersion, ListenAndConnectWithoutADeviceFail) {
+  int ndev = initAndCount();
+  if (ndev > 0) GTEST_SKIP() << "this machine has Mesh devices";
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* comm = reinterpret_cast<void*>(0x1);
+  EXPECT_NE(net_.listen(0, handle, &comm), ncclSuccess);
+  EXPECT_EQ(comm, nullptr);
+  comm = reinterpret_cast<void*>(0x1);
+  ncclNetDeviceHandle_v8_t* devComm = reinterpret_cast<ncclNetDeviceHandle_v8_t*>(0x1);
+  EXPECT_NE(net_.connect(0, handle, &comm, &devComm), ncclSuccess);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(devComm, nullptr);
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+TEST_P(EachVersion, HostOnlyHooksAreHarmless) {
+  initAndCount();
+  void* dptr = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(net_.getDeviceMr(nullptr, nullptr, &dptr), ncclSuccess);
+  EXPECT_EQ(dptr, nullptr);
+  EXPECT_EQ(net_.getDeviceMr(nullptr, nullptr, nullptr), ncclSuccess);
+  EXPECT_EQ(net_.irecvConsumed(nullptr, 0, nullptr), ncclSuccess);
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+// Values NCCL checks: maxP2pBytes in (0, 1 TiB] (else NCCL fails the connection), a physical
+// device's vProps {1, {dev}}. Needs a device: runs in the lab.
+TEST_P(EachVersion, PropertiesAreInNcclsRange) {
+  int ndev = initAndCount();
+  if (ndev == 0) GTEST_SKIP() << "no Mesh device on this machine";
+  for (int dev = 0; dev < ndev; ++dev) {
+    SCOPED_TRACE("dev " + std::to_string(dev));
+    netapi::Properties p;
+    ASSERT_EQ(net_.getProperties(dev, &p), ncclSuccess);
+    EXPECT_FALSE(p.name.empty());
+    EXPECT_EQ(p.maxRecvs, 8);
+    EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);
+    EXPECT_EQ(p.forceFlush, 0);
+    EXPECT_EQ(p.vDevCount, 1);
+    EXPECT_EQ(p.vDevs[0], dev);
+    EXPECT_GT(p.maxP2pBytes, 0u);
+    EXPECT_LE(p.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+    EXPECT_GT(p.maxCollBytes, 0u);
+    EXPECT_LE(p.maxCollBytes, NCCL_MAX_NET_SIZE_BYTES);
+    if (GetParam() >= 9) {
+      EXPECT_EQ(p.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+    }
+    EXPECT_EQ(p.maxMultiRequestSize, 1);
+  }
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+// The reactor thread runs after init and never outlives the library (NCCL may dlclose it
+// after the last communicator). v11: two communicators, both finalized.
+TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
+  const int baseline = threadCount();
+  ASSERT_GT(baseline, 0) << "cannot read /proc/self/task";
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE("load round " + std::to_string(round));
+    netapi::NetApi first, second;
+    ASSERT_NO_FATAL_FAILURE(open(GetParam(), &first));
+    ASSERT_NO_FATAL_FAILURE(open(GetParam(), &second));
+    ASSERT_EQ(first.init(captureLog, NCCL_NET_TRAFFIC_CLASS_UNDEF, 0x1111), ncclSuccess) << allWarnings();
+    ASSERT_EQ(second.init(captureLog, NCCL_NET_TRAFFIC_CLASS_UNDEF, 0x2222), ncclSuccess) << allWarnings();
+    int ndev = -1;
+    ASSERT_EQ(second.devices(&ndev), ncclSuccess);
+    EXPECT_GT(threadCount(), baseline) << "init should start the handshake reactor thread";
+    EXPECT_EQ(first.finalize(), ncclSuccess);
+    EXPECT_EQ(second.finalize(), ncclSuccess);
+    ASSERT_TRUE(closeLibrary()) << "dlclose did not unload " << kPluginName;
+    EXPECT_EQ(waitForThreadCount(baseline), baseline) << "a thread is still running after dlclose";
+  }
+}
+
+// net_api.h passes size_t sizes through from v9 on; for v8 it refuses a size int cannot
+// hold before calling the plugin (so the plugin logs nothing).
+TEST_P(EachVersion, NetApiNarrowsSizesOnlyForV8) {
+  initAndCount();
+  clearLog();
+  void* req = nullptr;
+  const size_t threeGiB = size_t{3} << 30;
+  EXPECT_EQ(net_.isend(nullptr, nullptr, threeGiB, 0, nullptr, &req), ncclInvalidArgument);
+  if (GetParam() == 8) {
+    EXPECT_FALSE(warned({"isend"})) << "the wrapper should have refused the size itself:" << allWarnings();
+  } else {
+    EXPECT_TRUE(warned({"isend", "sendComm is NULL"})) << allWarnings();
+  }
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+TEST(NetApi, ParsesVersionNames) {
+  EXPECT_EQ(netapi::parseVersion("v8"), 8);
+  EXPECT_EQ(netapi::parseVersion("v9"), 9);
+  EXPECT_EQ(netapi::parseVersion("10"), 10);
+  EXPECT_EQ(netapi::parseVersion("V11"), 11);
+  EXPECT_EQ(netapi::parseVersion("v12"), 0);
+  EXPECT_EQ(netapi::parseVersion("v7"), 0);
+  EXPECT_EQ(netapi::parseVersion(""), 0);
+  EXPECT_EQ(netapi::parseVersion("v"), 0);
+}
+
+TEST_F(AbiVersions, NetApiRefusesUnknownVersions) {
+  ASSERT_NO_FATAL_FAILURE(openLibrary());
+  netapi::NetApi net;
+  std::string why;
+  EXPECT_FALSE(net.bind(lib_, 12, &why));
+  EXPECT_NE(why.find("unknown ncclNet version 12"), std::string::npos) << why;
+  int ndev = 0;
+  EXPECT_EQ(net.devices(&ndev), ncclInvalidUsage) << "an unbound NetApi calls nothing";
+}
+
+// --- v8 --------------------------------------------------------------------------------------
+
+// v8 sizes are int, and NCCL never gives a v8 plugin more than 1 GiB per message.
+TEST_F(AbiVersions, V8RefusesSendsOverOneGiB) {
+  const auto* v8 = table<ncclNet_v8_t>("ncclNetPlugin_v8");
+  ASSERT_NE(v8, nullptr);
+  ASSERT_EQ(v8->init(captureLog), ncclSuccess);
+  void* req = reinterpret_cast<void*>(0x1);
+  alignas(64) char fakeComm[256] = {};  // never dereferenced: the size is refused first
+  EXPECT_EQ(v8->isend(fakeComm, nullptr, (1 << 30) + 1, 0, nullptr, &req), ncclInvalidArgument);
+  EXPECT_EQ(v8->isend(fakeComm, nullptr, INT_MAX, 0, nullptr, &req), ncclInvalidArgument);
+  EXPECT_EQ(v8->isend(fakeComm, nullptr, -1, 0, nullptr, &req), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"isend", "1 GiB"})) << allWarnings();
+  int sizes[1] = {-5};
+  int tags[1] = {0};
+  char buf[8];
+  void* data[1] = {buf};
+  void* mhs[1] = {nullptr};
+  EXPECT_EQ(v8->irecv(fakeComm, 1, data, sizes, tags, mhs, &req), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"irecv", "negative size"})) << allWarnings();
+}
+
+// --- v10 -------------------------------------------------------------------------------------
+
+TEST_F(AbiVersions, V10ConnectChecksTheTrafficClass) {
+  const auto* v10 = table<ncclNet_v10_t>("ncclNetPlugin_v10");
+  ASSERT_NE(v10, nullptr);
+  ASSERT_EQ(v10->init(captureLog, nullptr), ncclSuccess);  // no profiler: accepted
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* comm = nullptr;
+  ncclNetCommConfig_v10_t bad = {256};
+  EXPECT_EQ(v10->connect(0, &bad, handle, &comm, nullptr), ncclInvalidUsage);
+  EXPECT_TRUE(warned({"traffic class 256"})) << allWarnings();
+  bad.trafficClass = -2;
+  EXPECT_EQ(v10->connect(0, &bad, handle, &comm, nullptr), ncclInvalidUsage);
+  // A valid class, UNDEF, or no config at all (NCCL's GPUDirect probe passes NULL) get as
+  // far as the missing device; a NULL handle is still caught.
+  ncclNetCommConfig_v10_t good = {106};
+  ncclNetCommConfig_v10_t undef = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  EXPECT_EQ(v10->connect(0, &good, nullptr, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(v10->connect(0, &undef, nullptr, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(v10->connect(0, nullptr, nullptr, &comm, nullptr), ncclInvalidArgument);
+}
+
+// --- v11 -------------------------------------------------------------------------------------
+
+class V11 : public AbiVersions {
+ protected:
+  void SetUp() override {
+    AbiVersions::SetUp();
+    net_ = table<ncclNet_v11_t>("ncclNetPlugin_v11");
+    ASSERT_NE(net_, nullptr) << "no ncclNetPlugin_v11";
+  }
+  void* initContext(uint64_t commId, ncclNetCommConfig_v11_t* config) {
+    void* ctx = nullptr;
+    EXPECT_EQ(net_->init(&ctx, commId, config, captureLog, nullptr), ncclSuccess) << allWarnings();
+    EXPECT_NE(ctx, nullptr);
+    return ctx;
+  }
+  const ncclNet_v11_t* net_ = nullptr;
+};
+
+// One context per communicator; the plugin underneath is initialized once and survives the
+// last finalize (only the library destructor tears it down).
+TEST_F(V11, TwoCommunicatorsInitAndFinalize) {
+  ncclNetCommConfig_v11_t config = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  void* a = initContext(0xaaaa, &config);
+  void* b = initContext(0xbbbb, nullptr);  // no config: defaults
+  EXPECT_NE(a, b);
+  int ndev = -1;
+  EXPECT_EQ(net_->devices(&ndev), ncclSuccess);
+  EXPECT_EQ(net_->finalize(a), ncclSuccess);
+  EXPECT_EQ(net_->devices(&ndev), ncclSuccess) << "finalizing one communicator must not stop the plugin";
+  EXPECT_EQ(net_->finalize(b), ncclSuccess);
+  int again = -1;
+  EXPECT_EQ(net_->devices(&again), ncclSuccess) << "the last finalize must not tear the plugin down";
+  EXPECT_EQ(again, ndev);
+  void* c = initContext(0xcccc, &config);
+  EXPECT_EQ(net_->finalize(c), ncclSuccess);
+}
+
+TEST_F(V11, NullOrStaleContextIsAnErrorNotACrash) {
+  void* ctx = initContext(0x1, nullptr);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* comm = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(net_->listen(nullptr, 0, handle, &comm), ncclInvalidArgument);
+  EXPECT_EQ(net_->connect(nullptr, 0, handle, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"ctx is NULL"})) << allWarnings();
+  int foreign = 0;  // never returned by init: looked up, not dereferenced
+  EXPECT_EQ(net_->listen(&foreign, 0, handle, &comm), ncclInvalidArgument);
+  EXPECT_EQ(net_->connect(&foreign, 0, handle, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_->finalize(&foreign), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"not a live context"})) << allWarnings();
+  EXPECT_EQ(net_->finalize(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_->init(nullptr, 0x2, nullptr, captureLog, nullptr), ncclInvalidArgument);
+
+  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
+  EXPECT_EQ(net_->finalize(ctx), ncclInvalidArgument) << "double finalize";
+  EXPECT_EQ(net_->listen(ctx, 0, handle, &comm), ncclInvalidArgument) << "listen after finalize";
+  EXPECT_EQ(net_->connect(ctx, 0, handle, &comm, nullptr), ncclInvalidArgument) << "connect after finalize";
+}
+
+// A live context gets as far as the missing device; its NULL pointers are still caught.
+TEST_F(V11, ListenAndConnectWithALiveContext) {
+  void* ctx = initContext(0x1, nullptr);
+  int ndev = -1;
+  ASSERT_EQ(net_->devices(&ndev), ncclSuccess);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* comm = nullptr;
+  EXPECT_EQ(net_->listen(ctx, 0, nullptr, &comm), ncclInvalidArgument);
+  EXPECT_EQ(net_->connect(ctx, 0, nullptr, &comm, nullptr), ncclInvalidArgument);
+  if (ndev == 0) {
+    EXPECT_NE(net_->listen(ctx, 0, handle, &comm), ncclSuccess);
+    EXPECT_EQ(comm, nullptr);
+  }
+  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
+}
+
+TEST_F(V11, TrafficClassIsCheckedAtInit) {
+  ncclNetCommConfig_v11_t config = {300};
+  void* ctx = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(net_->init(&ctx, 0x1, &config, captureLog, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ctx, nullptr) << "a failed init must not hand out a context";
+  EXPECT_TRUE(warned({"traffic class 300", "0..255"})) << allWarnings();
+  for (int tc : {0, 106, 255, NCCL_NET_TRAFFIC_CLASS_UNDEF}) {
+    config.trafficClass = tc;
+    void* ok = initContext(0x2, &config);
+    EXPECT_EQ(net_->finalize(ok), ncclSuccess) << "traffic class " << tc;
+  }
+}
+
+TEST_F(V11, SetNetAttrIsAccepted) {
+  void* ctx = initContext(0x1, nullptr);
+  ncclNetAttr_v11_t attr;
+  attr.sendCommAttr = {4, NCCL_NET_ATTR_UNDEF, 2, NCCL_NET_ATTR_UNDEF};
+  attr.recvCommAttr = {4, NCCL_NET_ATTR_UNDEF, 2, NCCL_NET_ATTR_UNDEF};
+  attr.op = 1u << 4;
+  attr.algo = static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF);
+  attr.proto = static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF);
+  EXPECT_EQ(net_->setNetAttr(ctx, &attr), ncclSuccess);
+  EXPECT_EQ(net_->setNetAttr(ctx, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(net_->setNetAttr(nullptr, &attr), ncclInvalidArgument);
+  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
+  EXPECT_EQ(net_->setNetAttr(ctx, &attr), ncclInvalidArgument) << "after finalize";
+}
+
+// Communicators NCCL never finalized (an aborted job) are freed by the library's unload;
+// the fixture checks the unload itself, sanitizer builds check the memory.
+TEST_F(V11, ContextsLeftOpenAreReleasedAtUnload) {
+  initContext(0x1, nullptr);
+  initContext(0x2, nullptr);
+}
+
+// --- the set of symbols, as NCCL's loader sees it ----------------------------------------------
+
+// NCCL 2.28+ takes the first of v11, v10, v9, v8 it finds; 2.30 tries v12 first. Exactly the
+// four net tables are there, and no collective-network table (the plugin has none).
+TEST_F(AbiVersions, ExportsV8ToV11AndNothingElseNcclLooksFor) {
+  ASSERT_NO_FATAL_FAILURE(openLibrary());
+  for (int v : netapi::kVersions) {
+    EXPECT_NE(dlsym(lib_, netapi::symbolFor(v)), nullptr) << netapi::symbolFor(v);
+  }
+  for (const char* absent : {"ncclNetPlugin_v12", "ncclNetPlugin_v7", "ncclNetPlugin_v6", "ncclNetPlugin_v5",
+                             "ncclCollNetPlugin_v11", "ncclCollNetPlugin_v10", "ncclCollNetPlugin_v9",
+                             "ncclCollNetPlugin_v8"}) {
+    EXPECT_EQ(dlsym(lib_, absent), nullptr) << absent << " should not be exported";
+  }
+}
+
+// The tests assume the plugin's defaults: drop NCCL_MESH_* settings from the caller's shell.
+void clearMeshSettings() {
+  std::vector<std::string> names;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, "NCCL_MESH_", 10) == 0) names.emplace_back(*e, strcspn(*e, "="));
+  }
+  for (const std::string& n : names) unsetenv(n.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  clearMeshSettings();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
