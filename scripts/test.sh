@@ -2,6 +2,8 @@
 # test.sh: the project's test command (README, .ci/run). Runs scripts/setup.sh, then the
 # ctest tiers in order, each under a header, and stops at the first tier that fails:
 #   unit  module logic without RDMA        abi  the built plugin loaded as NCCL loads it
+#   sanitize  the unit tier under ASan+UBSan (build-asan/), and the threaded tests
+#         (reactor, handshake, registration cache) under TSan (build-tsan/)
 #   fuzz  bounded libFuzzer runs (clang)   lab  end to end on the QEMU Soft-RoCE mesh
 # A tier with no registered tests fails (unit, abi, lab), except fuzz on a machine
 # without clang++, where it is skipped with the reason. Each tier's ctest output is also
@@ -10,7 +12,7 @@
 #   scripts/test.sh [--tier unit|abi|fuzz|lab]... [--no-setup]
 set -euo pipefail
 
-ALL_TIERS=(unit abi fuzz lab)
+ALL_TIERS=(unit abi sanitize fuzz lab)
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR="$REPO/build"
 LOG_DIR="$BUILD_DIR/test-logs"
@@ -20,10 +22,10 @@ summary=()
 
 usage() {
   cat <<'EOF'
-usage: scripts/test.sh [--tier unit|abi|fuzz|lab]... [--no-setup]
+usage: scripts/test.sh [--tier unit|abi|sanitize|fuzz|lab]... [--no-setup]
 
-Runs scripts/setup.sh (packages, build into build/), then ctest's tiers unit, abi, fuzz
-and lab in that order, stopping at the first failing tier.
+Runs scripts/setup.sh (packages, build into build/), then the tiers unit, abi, sanitize,
+fuzz and lab in that order, stopping at the first failing tier.
   --tier T     run only tier T (repeatable; tiers still run in the order above)
   --no-setup   use build/ as it is (no package check, no rebuild)
 EOF
@@ -76,8 +78,38 @@ tier_has_tests() {
   esac
 }
 
+# One sanitizer build: configure + build the unit tests into its own tree, run them.
+sanitized_run() {
+  local name=$1 flags=$2 filter=$3 dir="$REPO/build-$1" rc line
+  mkdir -p "$LOG_DIR"
+  echo "-- $name: building unit tests with -fsanitize=$flags in ${dir#"$REPO"/}"
+  if ! { cmake -S "$REPO" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE="$flags" &&
+         cmake --build "$dir" -j "$(nproc)" --target mesh_unit_tests; } >"$LOG_DIR/$name-build.log" 2>&1; then
+    tail -n 30 "$LOG_DIR/$name-build.log"
+    fail sanitize "$name build failed (log: $LOG_DIR/$name-build.log)"
+  fi
+  # The GoogleTest binary itself (the unit label also holds tool checks this tree lacks).
+  set +e
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    "$dir/tests/mesh_unit_tests" --gtest_brief=1 ${filter:+--gtest_filter="$filter"} 2>&1 |
+    tee "$LOG_DIR/$name.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  line=$(grep -E '^\[  PASSED  \] [0-9]+ tests' "$LOG_DIR/$name.log" | tail -n 1 || true)
+  [ "$rc" -eq 0 ] || fail sanitize "$name: unit tests exited $rc" "$rc"
+  summary+=("sanitize ($name): ${line:-no summary line}")
+}
+
+run_sanitize() {
+  header "tier: sanitize"
+  sanitized_run asan address,undefined ""
+  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*'
+}
+
 run_tier() {
   local tier=$1 jobs=1 rc line
+  [ "$tier" = sanitize ] && { run_sanitize; return 0; }
   header "tier: $tier"
   tier_has_tests "$tier" || return 0
   if [ "$tier" = lab ] && [ "$run_setup" -eq 1 ]; then

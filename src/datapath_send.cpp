@@ -19,11 +19,12 @@ void SendComm::describeCtrl(uint64_t* addr) const {
   *addr = reinterpret_cast<uintptr_t>(ctrl()->fifo);
 }
 
+// The NIC writes the slot; the acquire loads keep the CPU (and compiler) from reading the
+// slot's other fields before both sequence words were seen complete.
 bool SendComm::slotArrived(int slot, int pos, uint64_t expect) const {
-  const volatile FifoSlot* s = &ctrl()->fifo[slot][pos];
-  if (s->seqTail != expect || s->seqHead != expect) return false;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return true;
+  const FifoSlot* s = &ctrl()->fifo[slot][pos];
+  return __atomic_load_n(&s->seqTail, __ATOMIC_ACQUIRE) == expect &&
+         __atomic_load_n(&s->seqHead, __ATOMIC_ACQUIRE) == expect;
 }
 
 ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out) {
