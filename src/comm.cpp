@@ -149,7 +149,7 @@ ncclResult_t Comm::createQps() {
       q.link = static_cast<int>(l);
       q.devSlot = links_[l].devSlot;
       q.credits = caps.maxSendWr;
-      MESH_CHECK(q.qp.create(devs_[q.devSlot].dev, links_[l].port->port, devs_[q.devSlot].cq.get(), caps));
+      MESH_CHECK(q.qp.create(devs_[q.devSlot].dev, links_[l].port->port, devs_[q.devSlot].cq.get(), caps, this));
       MESH_CHECK(q.qp.toInit());
     }
   }
@@ -241,6 +241,12 @@ ncclResult_t Comm::completionError(const ibv_wc& wc) {
 }
 
 ncclResult_t Comm::progress() {
+  int event = asyncEvent_.load(std::memory_order_acquire);
+  if (event >= 0 && failure_ == ncclSuccess) {
+    fail("fatal asynchronous event on one of its QPs: " +
+             std::string(disc_->devices[0]->api().eventTypeStr(static_cast<ibv_event_type>(event))),
+         ncclSystemError);
+  }
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {
     for (;;) {

@@ -23,7 +23,7 @@ ncclResult_t RecvComm::createExtra() {
   caps.maxSendWr = 2 * kFifoDepth;
   caps.maxRecvWr = 1;
   flushCredits_ = caps.maxSendWr;
-  MESH_CHECK(flushQp_.create(d.dev, links_[0].port->port, d.cq.get(), caps));
+  MESH_CHECK(flushQp_.create(d.dev, links_[0].port->port, d.cq.get(), caps, this));
   return flushQp_.toInit();
 }
 

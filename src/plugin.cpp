@@ -1,5 +1,7 @@
 #include "mesh/plugin.h"
 
+#include <fcntl.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -43,6 +45,7 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
   MESH_CHECK(reactor_.start());
   buildNetDevices();
   buildConnectionMachinery();
+  watchAsyncEvents();
   initialized_ = true;
   return ncclSuccess;
 }
@@ -153,6 +156,45 @@ void Plugin::buildConnectionMachinery() {
     if (config_.devices == DeviceMode::Port) filter = d.ports;
     transports_.push_back(std::make_unique<RdmaTransport>(&discovery_, commSettings(), filter));
     handshakers_.push_back(std::make_unique<Handshaker>(&reactor_, transports_.back().get(), hs));
+  }
+}
+
+// One watcher for every device's asynchronous events, on the reactor thread: fatal QP
+// events fail the owning comm; port and device events are logged (their QPs then fail
+// through completions).
+void Plugin::watchAsyncEvents() {
+  for (const auto& devPtr : discovery_.devices) {
+    VerbsDevice* dev = devPtr.get();
+    int fd = dev->context()->async_fd;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) continue;
+    reactor_.post([this, dev, fd] {
+      reactor_.watch(fd, EPOLLIN, [dev](uint32_t) {
+        ibv_async_event ev;
+        while (dev->api().getAsyncEvent(dev->context(), &ev) == 0) {
+          const char* what = dev->api().eventTypeStr(ev.event_type);
+          switch (ev.event_type) {
+            case IBV_EVENT_QP_FATAL:
+            case IBV_EVENT_QP_REQ_ERR:
+            case IBV_EVENT_QP_ACCESS_ERR:
+            case IBV_EVENT_PATH_MIG_ERR:
+              MESH_WARN("%s: %s on QPN %u", dev->name().c_str(), what, ev.element.qp->qp_num);
+              if (ev.element.qp->qp_context != nullptr) {
+                static_cast<Comm*>(ev.element.qp->qp_context)->markAsyncError(ev.event_type);
+              }
+              break;
+            case IBV_EVENT_PORT_ERR:
+            case IBV_EVENT_DEVICE_FATAL:
+            case IBV_EVENT_CQ_ERR:
+              MESH_WARN("%s: %s (port %d)", dev->name().c_str(), what, ev.element.port_num);
+              break;
+            default:
+              MESH_INFO(NCCL_NET, "%s: async event %s", dev->name().c_str(), what);
+          }
+          dev->api().ackAsyncEvent(&ev);
+        }
+      });
+    });
   }
 }
 

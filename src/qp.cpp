@@ -62,11 +62,13 @@ const std::string& QueuePair::deviceName() const {
   return dev_ != nullptr ? dev_->name() : kNone;
 }
 
-ncclResult_t QueuePair::create(const VerbsDevice* dev, int port, ibv_cq* cq, const QpCaps& caps) {
+ncclResult_t QueuePair::create(const VerbsDevice* dev, int port, ibv_cq* cq, const QpCaps& caps,
+                              void* owner) {
   reset();
   dev_ = dev;
   port_ = port;
   ibv_qp_init_attr init{};
+  init.qp_context = owner;
   init.send_cq = cq;
   init.recv_cq = cq;
   init.qp_type = IBV_QPT_RC;

@@ -118,6 +118,9 @@ class Comm : public PreparedConn {
   ncclResult_t test(Request* req, int* done, size_t* sizes);
   // QPs to ERR, drain, destroy. Safe with requests in flight.
   void close();
+  // Reactor thread: a fatal asynchronous event hit one of this comm's QPs. The comm is alive
+  // (ibv_destroy_qp waits until the event is acknowledged); the next call fails.
+  void markAsyncError(int eventType) { asyncEvent_.store(eventType, std::memory_order_release); }
   bool sender() const { return sender_; }
 
  protected:
@@ -167,6 +170,7 @@ class Comm : public PreparedConn {
   Request reqs_[kRequestPool];
   Request* freeList_[kRequestPool];
   int nfree_ = 0;
+  std::atomic<int> asyncEvent_{-1};  // written by the reactor, read by NCCL's thread
   ncclResult_t failure_ = ncclSuccess;
   std::string failureText_;
   bool closed_ = false;

@@ -68,6 +68,7 @@ class Plugin {
   void buildNetDevices();
   void logSettings() const;
   void buildConnectionMachinery();
+  void watchAsyncEvents();
   CommSettings commSettings() const;
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)

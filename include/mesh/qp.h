@@ -64,7 +64,9 @@ class QueuePair {
   QueuePair& operator=(const QueuePair&) = delete;
 
   // RESET: creates the RC QP on `port` of dev with send and receive completions on cq.
-  ncclResult_t create(const VerbsDevice* dev, int port, ibv_cq* cq, const QpCaps& caps);
+  // `owner` is stored as the QP's context so async events can find the comm.
+  ncclResult_t create(const VerbsDevice* dev, int port, ibv_cq* cq, const QpCaps& caps,
+                      void* owner = nullptr);
   ncclResult_t toInit();
   ncclResult_t toRtr(const QpRemote& remote, const QpTuning& tuning);
   ncclResult_t toRts(const QpTuning& tuning);
