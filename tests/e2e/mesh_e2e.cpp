@@ -1,0 +1,221 @@
+// mesh_e2e: end-to-end scenarios for the nccl-mesh plugin, run on every node of a mesh
+// (the lab: scripts/vmesh run --nodes N -- mesh_e2e SCENARIO ...). Talks to the plugin
+// only as NCCL does: dlopen + ncclNetPlugin_v8. Each rank prints one line
+//   PASS <scenario> rank=<r> ... figures      or      FAIL <scenario> rank=<r>: reason
+// and exits 0 only on PASS. A global deadline turns any hang into a FAIL.
+#include <fcntl.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "scenarios.h"
+
+namespace e2e {
+namespace {
+
+struct ScenarioInfo {
+  const char* name;
+  ScenarioFn fn;
+  std::set<std::string> options;  // besides commonOptions()
+  const char* usage;
+};
+
+const ScenarioInfo kScenarios[] = {
+    {"connect-mesh", runConnectMesh, {"comms"},
+     "[--comms 8]            every rank <-> every rank, 8 send + 8 recv comms per peer, routing checked"},
+    {"ring-diagonal", runRingDiagonal, {"diag-timeout"},
+     "[--diag-timeout 60]    4-node ring: rank 0 -> rank 2 must fail with the routing error"},
+    {"cycles", runCycles, {"count", "check-at"},
+     "[--count 200] [--check-at 10]  2 nodes: listen/connect/exchange/close cycles, leak check"},
+    {"dead-peer", runDeadPeer, {"mode", "bound", "margin"},
+     "--mode never-accept|listener-dies|peer-killed [--bound S] [--margin 20]  2 nodes"},
+    {"pair", runPair, {"api", "iters", "groups"},
+     "[--api v8] [--iters 2] [--groups 4]  2 nodes: sizes, 32 outstanding, grouped, short"},
+    {"allreduce", runAllreduce, {"pairs", "count", "iters"},
+     "[--pairs 4] [--count 262144] [--iters 2]  ring all-reduce, exact check"},
+    {"links", runLinks, {"size", "min-share"},
+     "[--size 4M] [--min-share 0.1]  2 nodes, vmesh --links 2: striping on both rxe devices"},
+    {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
+     "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
+    {"demo", runDemo, {"bytes", "pairs", "iters", "warmup"},
+     "[--bytes 8M] [--pairs 2] [--iters 3] [--warmup 1]  ring all-reduce, ports and bandwidth"},
+};
+
+void usage(FILE* out) {
+  fprintf(out,
+          "usage: mesh_e2e SCENARIO [options]\n"
+          "Runs on every rank of a mesh; talks to the plugin only through ncclNetPlugin_v8.\n\n"
+          "Scenarios:\n");
+  for (const ScenarioInfo& s : kScenarios) fprintf(out, "  %-15s %s\n", s.name, s.usage);
+  fprintf(out,
+          "\nCommon options (defaults from the vmesh lab's environment):\n"
+          "  --rank R        this rank (VMESH_RANK)\n"
+          "  --nodes N       number of ranks (VMESH_NODES)\n"
+          "  --shared DIR    directory shared by all ranks for rendezvous files (VMESH_SHARED)\n"
+          "  --deadline S    fail instead of waiting past S seconds (240)\n"
+          "  --plugin PATH   plugin library (libnccl-net-mesh.so, found via LD_LIBRARY_PATH)\n"
+          "  --dev D         plugin device for every comm (0)\n"
+          "  --run-id ID     separates repeated runs in one shared directory (1)\n"
+          "  --seed N        shuffles (1)\n"
+          "  --verbose       echo the plugin's INFO lines (also with NCCL_DEBUG=INFO)\n");
+}
+
+const ScenarioInfo* findScenario(const std::string& name) {
+  for (const ScenarioInfo& s : kScenarios) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+int envInt(const char* name, int def) {
+  const char* v = getenv(name);
+  return v && *v ? atoi(v) : def;
+}
+
+std::string envStr(const char* name) {
+  const char* v = getenv(name);
+  return v ? v : "";
+}
+
+void describeDevice(Context& ctx) {
+  int ndev = 0;
+  ctx.net.check(ctx.net->devices(&ndev), "devices", "after init");
+  if (ndev < 1) {
+    fail("the plugin reports %d devices (expected >= 1 in the lab: are the rxe ports up? see "
+         "the plugin's WARN lines above)", ndev);
+  }
+  if (ctx.dev < 0 || ctx.dev >= ndev) fail("--dev %d, but the plugin has %d device(s)", ctx.dev, ndev);
+  ncclNetProperties_v8_t props;
+  memset(&props, 0, sizeof(props));
+  ctx.net.check(ctx.net->getProperties(ctx.dev, &props), "getProperties", format("dev %d", ctx.dev));
+  say("plugin '%s': %d device(s); dev %d = %s, speed %d Mbps, maxRecvs %d, maxComms %d, ptrSupport 0x%x",
+      ctx.net->name, ndev, ctx.dev, props.name ? props.name : "?", props.speed, props.maxRecvs,
+      props.maxComms, props.ptrSupport);
+  if (!(props.ptrSupport & NCCL_PTR_HOST)) fail("dev %d does not support host memory (ptrSupport 0x%x)", ctx.dev, props.ptrSupport);
+  if (props.maxRecvs < 8) fail("dev %d: maxRecvs %d, the scenarios use grouped receives of 8", ctx.dev, props.maxRecvs);
+}
+
+// Runs the scenario; returns the process exit status.
+int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& shared,
+                const std::string& plugin, bool verbose) {
+  try {
+    ctx.rv.reset(new Rendezvous(shared, ctx.scenario, ctx.opts.str("run-id", "1"), ctx.rank, ctx.nodes));
+    setPhase("loading the plugin");
+    ctx.net.load(plugin, verbose);
+    describeDevice(ctx);
+    setPhase(ctx.scenario);
+    std::string figures = info.fn(ctx);
+    setPhase("unloading the plugin");
+    ctx.net.unload();
+    printf("PASS %s rank=%d nodes=%d time_s=%.2f %s\n", ctx.scenario.c_str(), ctx.rank, ctx.nodes,
+           secondsSince(ctx.started), figures.c_str());
+    fflush(stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::string reason = e.what();
+    printf("FAIL %s rank=%d nodes=%d after %.2f s in phase '%s': %s\n", ctx.scenario.c_str(), ctx.rank,
+           ctx.nodes, secondsSince(ctx.started), currentPhase().c_str(), reason.c_str());
+    fflush(stdout);
+    ctx.net.dumpTail(25);
+    if (ctx.rv) ctx.rv->abort(format("rank %d: %s", ctx.rank, reason.c_str()));
+    fflush(stdout);
+    fflush(stderr);
+    // No teardown: a plugin in a bad state may hang in it, and the verdict is out.
+    _exit(1);
+  }
+}
+
+// dead-peer's rank 1 dies on purpose: fork before anything starts a thread; the child runs
+// the scenario and dies, the parent reports. Returns the parent's exit status, or -1 in
+// the child.
+int forkDeadPeerGuard(const Context& ctx, double deadline) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    printf("FAIL dead-peer rank=%d: pipe: %s\n", ctx.rank, strerror(errno));
+    return 1;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) {
+    printf("FAIL dead-peer rank=%d: fork: %s\n", ctx.rank, strerror(errno));
+    return 1;
+  }
+  if (pid > 0) {
+    close(fds[1]);
+    return deadPeerGuardParent(pid, fds[0], ctx.opts.str("mode", ""), deadline + 15);
+  }
+  close(fds[0]);
+  setDeadPeerReportFd(fds[1]);
+  return -1;
+}
+
+// Options and environment into ctx; returns false (after printing FAIL) when unusable.
+bool configure(Context& ctx, const ScenarioInfo& info, int argc, char** argv) {
+  try {
+    ctx.opts.parse(argc, argv, 2);
+    ctx.opts.requireKnown(withCommon(info.options));
+    ctx.rank = static_cast<int>(ctx.opts.integer("rank", envInt("VMESH_RANK", -1)));
+    ctx.nodes = static_cast<int>(ctx.opts.integer("nodes", envInt("VMESH_NODES", 0)));
+    ctx.dev = static_cast<int>(ctx.opts.integer("dev", 0));
+    ctx.seed = static_cast<unsigned>(ctx.opts.integer("seed", 1));
+    ctx.topology = envStr("VMESH_TOPOLOGY");
+    ctx.linksPerPair = envInt("VMESH_LINKS", 1);
+    if (ctx.rank < 0 || ctx.nodes < 1 || ctx.rank >= ctx.nodes) {
+      fail("need 0 <= rank < nodes (got rank %d, nodes %d): run under scripts/vmesh or pass "
+           "--rank and --nodes", ctx.rank, ctx.nodes);
+    }
+    ctx.opts.real("deadline", 240);  // validated here, used by the caller
+    return true;
+  } catch (const std::exception& e) {
+    printf("FAIL %s: %s\n", ctx.scenario.c_str(), e.what());
+    return false;
+  }
+}
+
+int mainImpl(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const ScenarioInfo* info = findScenario(argv[1]);
+  if (info == nullptr) {
+    fprintf(stderr, "mesh_e2e: unknown scenario '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+  }
+  Context ctx;
+  ctx.scenario = info->name;
+  if (!configure(ctx, *info, argc, argv)) return 2;
+  setRankLabel(ctx.rank);
+  std::string shared = ctx.opts.str("shared", envStr("VMESH_SHARED"));
+  std::string plugin = ctx.opts.str("plugin", "libnccl-net-mesh.so");
+  const char* debug = getenv("NCCL_DEBUG");
+  bool verbose = ctx.opts.has("verbose") || (debug && (!strcasecmp(debug, "INFO") || !strcasecmp(debug, "TRACE")));
+  double deadline = ctx.opts.real("deadline", 240);
+  if (shared.empty()) {
+    printf("FAIL %s rank=%d: no rendezvous directory: set VMESH_SHARED or pass --shared DIR\n",
+           ctx.scenario.c_str(), ctx.rank);
+    return 2;
+  }
+  say("%s: rank %d of %d, topology '%s', %d link(s) per pair, deadline %.0f s, options:%s",
+      ctx.scenario.c_str(), ctx.rank, ctx.nodes, ctx.topology.c_str(), ctx.linksPerPair, deadline,
+      ctx.opts.describe().c_str());
+
+  if (ctx.scenario == "dead-peer" && deadPeerNeedsGuard(ctx.opts, ctx.rank)) {
+    int status = forkDeadPeerGuard(ctx, deadline);
+    if (status >= 0) return status;  // the parent is done; the child goes on
+  }
+  ctx.deadline = Deadline(deadline, format("--deadline %.0f s", deadline));
+  startWatchdog(ctx.scenario, ctx.rank, deadline + 20);
+  return runScenario(ctx, *info, shared, plugin, verbose);
+}
+
+}  // namespace
+}  // namespace e2e
+
+int main(int argc, char** argv) { return e2e::mainImpl(argc, argv); }

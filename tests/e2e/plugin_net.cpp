@@ -1,0 +1,237 @@
+#include "plugin_net.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "e2e_util.h"
+
+namespace e2e {
+namespace {
+
+constexpr const char* kSymbol = "ncclNetPlugin_v8";
+
+// The logger is a plain C function, so its state is global. Never destroyed: the plugin's
+// threads may log while the process exits.
+struct Capture {
+  std::mutex mutex;
+  std::vector<LogLine> lines;
+  Clock::time_point start = Clock::now();
+  std::atomic<bool> echoInfo{false};
+};
+Capture& capture() {
+  static Capture* c = new Capture;
+  return *c;
+}
+
+const char* levelName(ncclDebugLogLevel level) {
+  switch (level) {
+    case NCCL_LOG_WARN: return "WARN";
+    case NCCL_LOG_INFO: return "INFO";
+    case NCCL_LOG_TRACE: return "TRACE";
+    case NCCL_LOG_VERSION: return "VERSION";
+    case NCCL_LOG_ABORT: return "ABORT";
+    default: return "LOG";
+  }
+}
+
+extern "C" void captureLogger(ncclDebugLogLevel level, unsigned long /*flags*/,
+                              const char* file, int line, const char* fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  Capture& c = capture();
+  double at = secondsSince(c.start);
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.lines.push_back(LogLine{level, at, buf});
+  }
+  if (level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT) {
+    warn("plugin %s %.3fs %s:%d %s", levelName(level), at, file ? file : "?", line, buf);
+  } else if (c.echoInfo.load(std::memory_order_relaxed)) {
+    say("plugin %s %.3fs %s", levelName(level), at, buf);
+  }
+}
+
+bool parseInt(const std::string& s, int* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  long v = strtol(s.c_str(), &end, 10);
+  if (*end != '\0') return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool parseIpv4(const std::string& s, int octets[4]) {
+  unsigned a, b, c, d;
+  char tail;
+  if (sscanf(s.c_str(), "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) != 4) return false;
+  if (a > 255 || b > 255 || c > 255 || d > 255) return false;
+  octets[0] = a, octets[1] = b, octets[2] = c, octets[3] = d;
+  return true;
+}
+
+}  // namespace
+
+bool parseConnLine(const std::string& text, ConnLine* out) {
+  static const char kTag[] = "NET/Mesh : conn ";
+  size_t at = text.find(kTag);
+  if (at == std::string::npos) return false;
+  std::istringstream in(text.substr(at + sizeof(kTag) - 1));
+  ConnLine c;
+  c.raw = text;
+  if (!(in >> c.dir) || (c.dir != "send" && c.dir != "recv")) return false;
+  std::string tok;
+  bool havePeer = false, haveLocal = false;
+  while (in >> tok) {
+    size_t eq = tok.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
+    if (key == "peer") {
+      c.peer = value;
+      havePeer = true;
+    } else if (key == "link") {
+      parseInt(value, &c.link);
+    } else if (key == "local") {
+      // <dev>:<port>/<netdev>
+      size_t colon = value.rfind(':');
+      size_t slash = value.find('/', colon == std::string::npos ? 0 : colon);
+      if (colon == std::string::npos || slash == std::string::npos) return false;
+      c.dev = value.substr(0, colon);
+      parseInt(value.substr(colon + 1, slash - colon - 1), &c.port);
+      c.netdev = value.substr(slash + 1);
+      haveLocal = true;
+    } else if (key == "addr") {
+      c.addr = value;
+    } else if (key == "gid_index") {
+      parseInt(value, &c.gidIndex);
+    } else if (key == "qpn") {
+      parseInt(value, &c.qpn);
+    } else if (key == "mtu") {
+      parseInt(value, &c.mtu);
+    }
+  }
+  if (!havePeer || !haveLocal) return false;
+  *out = c;
+  return true;
+}
+
+int labNodeOf(const std::string& ipv4) {
+  int o[4];
+  if (!parseIpv4(ipv4, o) || o[0] != 198 || o[1] != 18 || o[3] < 1) return -1;
+  return o[3] - 1;
+}
+
+int labLinkOf(const std::string& ipv4) {
+  int o[4];
+  if (!parseIpv4(ipv4, o) || o[0] != 198 || o[1] != 18) return -1;
+  return o[2];
+}
+
+bool isNetdevTowards(const std::string& netdev, int peer) {
+  std::string base = format("p%d", peer);
+  if (netdev == base) return true;
+  // Parallel links: p<peer>b, p<peer>c, ... (a letter, not another digit: p1 vs p12).
+  return netdev.size() == base.size() + 1 && netdev.compare(0, base.size(), base) == 0 &&
+         netdev.back() >= 'b' && netdev.back() <= 'z';
+}
+
+const char* resultName(int result) {
+  switch (result) {
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    default: return "ncclResult(unknown)";
+  }
+}
+
+void PluginNet::load(const std::string& path, bool echoInfo) {
+  capture().echoInfo.store(echoInfo);
+  dlerror();
+  lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib_ == nullptr) {
+    const char* ld = getenv("LD_LIBRARY_PATH");
+    fail("dlopen(\"%s\") failed: %s (LD_LIBRARY_PATH=%s)", path.c_str(), dlerror(),
+         ld ? ld : "<unset>");
+  }
+  api_ = static_cast<const ncclNet_v8_t*>(dlsym(lib_, kSymbol));
+  if (api_ == nullptr) fail("%s has no symbol %s: %s", path.c_str(), kSymbol, dlerror());
+  if (api_->name == nullptr || api_->init == nullptr) {
+    fail("%s: %s has a NULL name or init", path.c_str(), kSymbol);
+  }
+  check(api_->init(captureLogger), "init", "plugin " + path);
+}
+
+void PluginNet::unload() {
+  if (lib_ != nullptr && dlclose(lib_) != 0) fail("dlclose failed: %s", dlerror());
+  lib_ = nullptr;
+  api_ = nullptr;
+}
+
+void PluginNet::check(ncclResult_t r, const char* what, const std::string& context) const {
+  if (r == ncclSuccess) return;
+  std::string last = lastWarn();
+  fail("%s returned %s (%d): %s%s%s", what, resultName(r), static_cast<int>(r),
+       context.c_str(), last.empty() ? "" : "; plugin's last WARN: ", last.c_str());
+}
+
+size_t PluginNet::logSize() const {
+  std::lock_guard<std::mutex> lock(capture().mutex);
+  return capture().lines.size();
+}
+
+std::vector<LogLine> PluginNet::logSince(size_t mark) const {
+  std::lock_guard<std::mutex> lock(capture().mutex);
+  const std::vector<LogLine>& all = capture().lines;
+  if (mark >= all.size()) return {};
+  return std::vector<LogLine>(all.begin() + static_cast<long>(mark), all.end());
+}
+
+std::vector<ConnLine> PluginNet::connLines(size_t since) const {
+  std::vector<ConnLine> out;
+  for (const LogLine& l : logSince(since)) {
+    ConnLine c;
+    if (l.level == NCCL_LOG_INFO && parseConnLine(l.text, &c)) out.push_back(c);
+  }
+  return out;
+}
+
+std::string PluginNet::findWarn(const std::string& needle, size_t since) const {
+  for (const LogLine& l : logSince(since)) {
+    if (l.level == NCCL_LOG_WARN && l.text.find(needle) != std::string::npos) return l.text;
+  }
+  return std::string();
+}
+
+std::string PluginNet::lastWarn() const {
+  std::lock_guard<std::mutex> lock(capture().mutex);
+  const std::vector<LogLine>& all = capture().lines;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->level == NCCL_LOG_WARN) return it->text;
+  }
+  return std::string();
+}
+
+void PluginNet::dumpTail(size_t n) const {
+  std::vector<LogLine> all = logSince(0);
+  size_t from = all.size() > n ? all.size() - n : 0;
+  if (from < all.size()) say("last %zu of %zu plugin log lines:", all.size() - from, all.size());
+  for (size_t i = from; i < all.size(); ++i) {
+    say("  plugin %s %.3fs %s", levelName(all[i].level), all[i].at, all[i].text.c_str());
+  }
+}
+
+}  // namespace e2e

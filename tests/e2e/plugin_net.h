@@ -1,0 +1,81 @@
+// The plugin as NCCL sees it: dlopen("libnccl-net-mesh.so", RTLD_NOW | RTLD_LOCAL) through
+// LD_LIBRARY_PATH, dlsym("ncclNetPlugin_v8"), init with a capturing logger. Nothing here
+// links the plugin's code.
+// Owns: the library handle and the captured log (every line the plugin sends to NCCL's
+// logger, from any thread). Parses the plugin's per-connection INFO lines:
+//   NET/Mesh : conn <send|recv> peer=<ipv4> link=<k> local=<dev>:<port>/<netdev>
+//              addr=<ipv4> gid_index=<n> qpn=<n> mtu=<bytes>   (extra fields tolerated)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net_v8.h"
+
+namespace e2e {
+
+struct LogLine {
+  ncclDebugLogLevel level;
+  double at;  // seconds since the plugin was loaded
+  std::string text;
+};
+
+struct ConnLine {
+  std::string dir;      // "send" or "recv"
+  std::string peer;     // peer's IPv4 address
+  int link = -1;
+  std::string dev;      // local RDMA device, e.g. rxe_p1
+  int port = 0;
+  std::string netdev;   // local netdev, e.g. p1
+  std::string addr;     // local IPv4 address
+  int gidIndex = -1;
+  int qpn = -1;
+  int mtu = 0;
+  std::string raw;
+};
+
+// Parses one captured log text; false when it is not a conn line.
+bool parseConnLine(const std::string& text, ConnLine* out);
+
+// The lab's addressing plan: link L between nodes i<j is 198.18.L.0/24 with node n at
+// .(n+1). Returns the node owning `ipv4`, or -1 outside 198.18.0.0/16.
+int labNodeOf(const std::string& ipv4);
+// Third octet of a 198.18.L.x address (the lab link index), or -1.
+int labLinkOf(const std::string& ipv4);
+// True when `netdev` is the lab's name for a NIC cabled to `peer`: p<peer>, p<peer>b, ...
+bool isNetdevTowards(const std::string& netdev, int peer);
+
+const char* resultName(int result);
+
+class PluginNet {
+ public:
+  // Loads `path` (a bare name is searched in LD_LIBRARY_PATH, as NCCL does), resolves
+  // ncclNetPlugin_v8 and calls init with the capturing logger. Throws Failure.
+  void load(const std::string& path, bool echoInfo);
+  // dlclose; checks nothing outlives the library (the caller's process keeps running).
+  void unload();
+  const ncclNet_v8_t& api() const { return *api_; }
+  const ncclNet_v8_t* operator->() const { return api_; }
+
+  // Throws Failure "<what> returned <name> (<n>): <context>; plugin's last WARN: ..."
+  // unless r == ncclSuccess.
+  void check(ncclResult_t r, const char* what, const std::string& context) const;
+
+  // --- the captured log ---
+  size_t logSize() const;
+  std::vector<LogLine> logSince(size_t mark) const;
+  std::vector<ConnLine> connLines(size_t since = 0) const;
+  // First WARN at or after `since` containing `needle`; empty if none.
+  std::string findWarn(const std::string& needle, size_t since) const;
+  std::string lastWarn() const;
+  // Prints the last `n` captured lines (any level) to stdout.
+  void dumpTail(size_t n) const;
+
+ private:
+  void* lib_ = nullptr;
+  const ncclNet_v8_t* api_ = nullptr;
+};
+
+}  // namespace e2e

@@ -1,0 +1,176 @@
+#include "probes.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "e2e_util.h"
+#include "plugin_net.h"
+
+extern char** environ;
+
+namespace e2e {
+
+int countOpenFds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (struct dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n - 1;  // the DIR's own descriptor
+}
+
+namespace {
+
+// Runs argv, returns its stdout+stderr; false with *error when it cannot run or fails.
+bool runCapture(const std::vector<std::string>& args, std::string* out, std::string* error) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    *error = format("pipe: %s", strerror(errno));
+    return false;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipefd[1]);
+  if (rc != 0) {
+    close(pipefd[0]);
+    *error = format("cannot run %s: %s", args[0].c_str(), strerror(rc));
+    return false;
+  }
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(pipefd[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  close(pipefd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    *error = format("%s exited with status %d: %s", args[0].c_str(),
+                    WIFEXITED(status) ? WEXITSTATUS(status) : -1, out->c_str());
+    return false;
+  }
+  return true;
+}
+
+const char* const kLeakKeys[] = {"qp", "cq", "mr", "pd"};
+
+}  // namespace
+
+RdmaResources rdmaResources() {
+  RdmaResources r;
+  std::string out;
+  // iproute2's rdma is in /usr/sbin or /sbin, which a test's PATH may lack.
+  const char* candidates[] = {"rdma", "/usr/sbin/rdma", "/sbin/rdma", "/usr/bin/rdma"};
+  std::string error;
+  bool ran = false;
+  for (const char* tool : candidates) {
+    out.clear();
+    error.clear();
+    if (runCapture({tool, "res", "show"}, &out, &error)) {
+      ran = true;
+      break;
+    }
+  }
+  if (!ran) {
+    for (char& ch : error) {
+      if (ch == '\n') ch = ' ';
+    }
+    r.error = "`rdma res show` failed: " + error;
+    return r;
+  }
+  // Lines like "0: rxe_p1: pd 1 cq 2 qp 1 cm_id 0 mr 2 ctx 1 srq 0".
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream in(line);
+    std::string index, dev;
+    if (!(in >> index >> dev) || index.empty() || index.back() != ':') continue;
+    if (!dev.empty() && dev.back() == ':') dev.pop_back();
+    std::string key, value, desc;
+    while (in >> key >> value) {
+      char* end = nullptr;
+      long v = strtol(value.c_str(), &end, 10);
+      if (*end != '\0') continue;
+      r.total[key] += v;
+      desc += format("%s%s %ld", desc.empty() ? "" : " ", key.c_str(), v);
+    }
+    r.perDevice[dev] = desc;
+  }
+  if (r.perDevice.empty()) {
+    r.error = "`rdma res show` listed no devices: " + out;
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+std::string describeResources(const RdmaResources& r) {
+  if (!r.ok) return "n/a";
+  std::string out;
+  for (const char* k : kLeakKeys) {
+    auto it = r.total.find(k);
+    out += format("%s%s %ld", out.empty() ? "" : " ", k, it == r.total.end() ? 0L : it->second);
+  }
+  return out;
+}
+
+std::string diffResources(const RdmaResources& before, const RdmaResources& after) {
+  if (!before.ok || !after.ok) return std::string();
+  std::string out;
+  for (const char* k : kLeakKeys) {
+    auto b = before.total.find(k), a = after.total.find(k);
+    long vb = b == before.total.end() ? 0 : b->second;
+    long va = a == after.total.end() ? 0 : a->second;
+    if (va != vb) out += format("%s%s %ld -> %ld", out.empty() ? "" : ", ", k, vb, va);
+  }
+  return out;
+}
+
+long readPortCounter(const std::string& dev, int port, const std::string& name) {
+  std::string path = format("/sys/class/infiniband/%s/ports/%d/hw_counters/%s", dev.c_str(),
+                            port, name.c_str());
+  FILE* f = fopen(path.c_str(), "re");
+  if (f == nullptr) return -1;
+  long v = -1;
+  if (fscanf(f, "%ld", &v) != 1) v = -1;
+  fclose(f);
+  return v;
+}
+
+std::vector<std::string> labDevicesTowards(int peer) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/sys/class/infiniband");
+  if (d == nullptr) return out;
+  while (struct dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("rxe_", 0) == 0 && isNetdevTowards(name.substr(4), peer)) out.push_back(name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace e2e

@@ -1,0 +1,35 @@
+// What the scenarios measure outside the plugin: open file descriptors, the kernel's
+// RDMA resource counts (`rdma res show`, iproute2), and the Soft-RoCE port counters in
+// sysfs. Nothing here talks to the plugin.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace e2e {
+
+// Entries in /proc/self/fd (not counting the directory handle used to count them).
+int countOpenFds();
+
+struct RdmaResources {
+  bool ok = false;
+  std::string error;                        // why not ok
+  std::map<std::string, long> total;        // summed over devices: pd, cq, qp, mr, ...
+  std::map<std::string, std::string> perDevice;  // device -> "pd 1 cq 2 ..."
+};
+// Runs `rdma res show` (posix_spawn: no copy of the caller's registered memory) and sums
+// the counts of every device.
+RdmaResources rdmaResources();
+// "qp 2 cq 4 mr 3 pd 1" for the keys the leak checks compare.
+std::string describeResources(const RdmaResources& r);
+// Empty when the counts of qp, cq, mr and pd are equal; else what differs.
+std::string diffResources(const RdmaResources& before, const RdmaResources& after);
+
+// /sys/class/infiniband/<dev>/ports/<port>/hw_counters/<name>, or -1.
+long readPortCounter(const std::string& dev, int port, const std::string& name);
+// RDMA devices whose name says they are cabled to `peer` in the lab: rxe_p<peer>,
+// rxe_p<peer>b, ... (sorted).
+std::vector<std::string> labDevicesTowards(int peer);
+
+}  // namespace e2e

@@ -1,0 +1,120 @@
+#include <algorithm>
+
+#include "scenarios.h"
+
+namespace e2e {
+
+std::set<std::string> commonOptions() {
+  return {"rank", "nodes", "shared", "deadline", "plugin", "dev", "verbose", "seed", "run-id"};
+}
+
+std::set<std::string> withCommon(std::set<std::string> extra) {
+  std::set<std::string> all = commonOptions();
+  all.insert(extra.begin(), extra.end());
+  return all;
+}
+
+void requireNodes(const Context& ctx, int nodes) {
+  if (nodes == 0 && ctx.nodes < 2) {
+    fail("%s needs at least 2 ranks, this run has %d", ctx.scenario.c_str(), ctx.nodes);
+  }
+  if (nodes > 0 && ctx.nodes != nodes) {
+    fail("%s needs exactly %d ranks, this run has %d (vmesh run --nodes %d)",
+         ctx.scenario.c_str(), nodes, ctx.nodes, nodes);
+  }
+}
+
+std::string RouteReport::describe() const {
+  std::string out;
+  for (const auto& kv : netdevs) {
+    out += format("%speer %d via", out.empty() ? "" : "; ", kv.first);
+    for (const auto& nd : kv.second) out += format(" %s x%d", nd.first.c_str(), nd.second);
+    auto s = sendLines.find(kv.first), r = recvLines.find(kv.first);
+    out += format(" (send %d, recv %d)", s == sendLines.end() ? 0 : s->second,
+                  r == recvLines.end() ? 0 : r->second);
+  }
+  return out.empty() ? "no conn lines" : out;
+}
+
+RouteReport checkRouting(Context& ctx, size_t mark, const std::set<int>& peers) {
+  RouteReport report;
+  for (const ConnLine& c : ctx.net.connLines(mark)) {
+    int peer = labNodeOf(c.peer);
+    if (peer < 0 || peers.count(peer) == 0) {
+      fail("conn line names peer %s, which is not a lab node this rank connected with: %s",
+           c.peer.c_str(), c.raw.c_str());
+    }
+    if (!isNetdevTowards(c.netdev, peer)) {
+      fail("rank %d's connection to rank %d (peer %s) used local netdev %s, not one cabled to "
+           "rank %d (p%d or p%db...): %s",
+           ctx.rank, peer, c.peer.c_str(), c.netdev.c_str(), peer, peer, peer, c.raw.c_str());
+    }
+    if (!c.addr.empty() && labLinkOf(c.addr) != labLinkOf(c.peer)) {
+      fail("rank %d's connection to rank %d: local address %s is not on the peer's link "
+           "subnet (%s): %s", ctx.rank, peer, c.addr.c_str(), c.peer.c_str(), c.raw.c_str());
+    }
+    (c.dir == "send" ? report.sendLines : report.recvLines)[peer]++;
+    report.netdevs[peer][c.netdev]++;
+    report.ports[peer].insert(format("%s:%d", c.dev.c_str(), c.port));
+    report.mtu[peer] = c.mtu;
+  }
+  return report;
+}
+
+void requireConnLines(const RouteReport& r, const std::set<int>& peers, int perDirection) {
+  for (int peer : peers) {
+    auto s = r.sendLines.find(peer), v = r.recvLines.find(peer);
+    int ns = s == r.sendLines.end() ? 0 : s->second;
+    int nr = v == r.recvLines.end() ? 0 : v->second;
+    if (ns < perDirection || nr < perDirection) {
+      fail("expected at least %d INFO 'conn send' and %d 'conn recv' lines for peer rank %d "
+           "(the plugin logs one per connection per link), got %d and %d; routing of the "
+           "others cannot be checked",
+           perDirection, perDirection, peer, ns, nr);
+    }
+  }
+}
+
+std::string Snapshot::describe() const {
+  return format("fds %d, rdma %s", fds, describeResources(res).c_str());
+}
+
+namespace {
+Snapshot takeSnapshot() {
+  Snapshot s;
+  s.res = rdmaResources();  // first: spawning the tool briefly opens a pipe
+  s.fds = countOpenFds();
+  return s;
+}
+bool same(const Snapshot& a, const Snapshot& b) {
+  return a.fds == b.fds && diffResources(a.res, b.res).empty() && a.res.ok == b.res.ok;
+}
+}  // namespace
+
+Snapshot stableSnapshot(double seconds) {
+  Deadline d(seconds, "resource counts to settle");
+  Snapshot prev = takeSnapshot();
+  while (!d.expired()) {
+    pollPause(100 * 1000);
+    Snapshot now = takeSnapshot();
+    if (same(prev, now)) return now;
+    prev = now;
+  }
+  return prev;
+}
+
+std::string compareToBaseline(const Snapshot& base, double seconds, Snapshot* now) {
+  Deadline d(seconds, "resource counts to return to the baseline");
+  for (;;) {
+    *now = takeSnapshot();
+    std::string diff = diffResources(base.res, now->res);
+    if (now->fds != base.fds) {
+      diff = format("open fds %d -> %d%s%s", base.fds, now->fds, diff.empty() ? "" : ", ",
+                    diff.c_str());
+    }
+    if (diff.empty() || d.expired()) return diff;
+    pollPause(200 * 1000);
+  }
+}
+
+}  // namespace e2e

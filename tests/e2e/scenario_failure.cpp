@@ -1,0 +1,327 @@
+// Failure scenarios: a peer that never accepts, dies while listening, or is killed with a
+// receive posted (dead-peer); comms closed with requests in flight (close-inflight).
+// In every case the surviving rank must get an error in bounded time, never hang, and
+// stay usable.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm_setup.h"
+#include "scenarios.h"
+#include "transfer.h"
+
+namespace e2e {
+namespace {
+
+int gReportFd = -1;  // dead-peer child -> guard parent
+
+// The child announces its planned death to the guard parent, then dies.
+[[noreturn]] void dieAsPlanned(bool kill9) {
+  if (gReportFd >= 0) {
+    ssize_t w = write(gReportFd, "D", 1);
+    (void)w;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  if (kill9) kill(getpid(), SIGKILL);
+  _exit(0);
+}
+
+double connectTimeoutSeconds() {
+  const char* v = getenv("NCCL_MESH_CONNECT_TIMEOUT_MS");
+  return v && atoi(v) > 0 ? atoi(v) / 1000.0 : 30.0;
+}
+
+bool isPeerFailure(ncclResult_t rc) { return rc == ncclRemoteError || rc == ncclSystemError; }
+
+// A fresh listen/closeListen: the plugin still works after the failure.
+void checkHealthy(Context& ctx, const std::string& after) {
+  alignas(16) unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  ctx.net.check(ctx.net->listen(ctx.dev, handle, &lc), "listen", "health check " + after);
+  ctx.net.check(ctx.net->closeListen(lc), "closeListen", "health check " + after);
+  int ndev = 0;
+  ctx.net.check(ctx.net->devices(&ndev), "devices", "health check " + after);
+}
+
+// Rank 0's connect to a listener that never accepts / has died: must fail in `bound` s.
+std::string connectMustFail(Context& ctx, const std::string& mode, double bound) {
+  std::string handle = ctx.rv->fetch("h.1.0.dead", ctx.deadline, "rank 1's listen handle");
+  size_t warnMark = ctx.net.logSize();
+  ctx.rv->publish("start.0", "");
+  setPhase(format("dead-peer %s: rank 0 connecting (must fail within %.1f s)", mode.c_str(), bound));
+  ConnectDriver driver(ctx);
+  PendingConn* p = driver.addConnect(1, 0, handle, format("connect rank0->rank1 (%s)", mode.c_str()));
+  p->mayFail = true;
+  p->giveUp = Deadline(bound, "dead-peer bound");
+  driver.drive(ctx.deadline);
+  if (p->comm != nullptr) {
+    fail("%s: connect rank0->rank1 SUCCEEDED after %.2f s (comm %p), but rank 1 %s", mode.c_str(),
+         p->seconds(), p->comm,
+         mode == "never-accept" ? "never called accept" : "died right after publishing its handle");
+  }
+  if (p->timedOut) {
+    fail("%s: connect rank0->rank1 still pending after %.1f s (%ld calls returned a NULL comm); "
+         "expected an error within NCCL_MESH_CONNECT_TIMEOUT_MS=%.0f ms + margin",
+         mode.c_str(), bound, p->calls, connectTimeoutSeconds() * 1000);
+  }
+  if (!isPeerFailure(p->rc)) {
+    fail("%s: connect failed after %.2f s with %s; expected ncclSystemError or ncclRemoteError "
+         "(last WARN: %s)", mode.c_str(), p->seconds(), resultName(p->rc), ctx.net.lastWarn().c_str());
+  }
+  if (mode == "never-accept" && p->seconds() < 0.8 * connectTimeoutSeconds()) {
+    fail("never-accept: connect failed after only %.2f s with %s, well before "
+         "NCCL_MESH_CONNECT_TIMEOUT_MS (%.0f ms); the listener was alive, so the error must be "
+         "the timeout (last WARN: %s)", p->seconds(), resultName(p->rc),
+         connectTimeoutSeconds() * 1000, ctx.net.lastWarn().c_str());
+  }
+  std::string why = ctx.net.findWarn("", warnMark);
+  say("%s: connect failed as expected after %.3f s with %s (bound %.1f s); WARN: %s", mode.c_str(),
+      p->seconds(), resultName(p->rc), bound, why.empty() ? "<none>" : why.c_str());
+  checkHealthy(ctx, "after the failed connect");
+  ctx.rv->publish("done.0", "");
+  return format("mode=%s connect_error=%s error_after_s=%.3f bound_s=%.1f", mode.c_str(),
+                resultName(p->rc), p->seconds(), bound);
+}
+
+// peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.
+std::string receiveMustFail(Context& ctx, double bound) {
+  CommTable t = establish(ctx, {{}, {1}, 1, "dead"}, ctx.deadline);
+  void* recvComm = t[1].recv[0];
+  HostBuffer buf(4096);
+  void* mh = regHost(ctx, recvComm, buf, "peer-killed recv buffer");
+  // First prove the path works: one 8-byte message from rank 1.
+  std::vector<Op> first = {recvOp(recvComm, buf.data(), 4096, 1, mh, "peer-killed: first irecv rank0<-rank1")};
+  Engine(ctx, ctx.seed).run(first, ctx.deadline);
+  if (first[0].got[0] != 8) fail("peer-killed: first message reported %d bytes, expected 8", first[0].got[0]);
+
+  setPhase("peer-killed: posting the receive that rank 1 dies under");
+  void* data[1] = {buf.data()};
+  int sizes[1] = {4096}, tags[1] = {2};
+  void* mhs[1] = {mh};
+  void* req = nullptr;
+  Deadline postBy(30, "posting the irecv");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->irecv(recvComm, 1, data, sizes, tags, mhs, &req), "irecv",
+                  "peer-killed: irecv rank0<-rank1 before rank 1 dies");
+    if (req == nullptr && postBy.expired()) fail("peer-killed: irecv kept returning a NULL request for 30 s");
+    if (req == nullptr) pollPause(1000);
+  }
+  ctx.rv->publish("posted.0", "");
+  Clock::time_point t0 = Clock::now();
+  setPhase(format("peer-killed: rank 0 testing the receive (must fail within %.0f s)", bound));
+  ncclResult_t rc = ncclSuccess;
+  int done = 0;
+  long calls = 0;
+  while (true) {
+    int got[1] = {-1};
+    rc = ctx.net->test(req, &done, got);
+    ++calls;
+    if (rc != ncclSuccess) break;
+    if (done) {
+      fail("peer-killed: the receive COMPLETED (%d bytes) although rank 1 never sent a second "
+           "message and was killed", got[0]);
+    }
+    if (secondsSince(t0) > bound) {
+      fail("peer-killed: test() on the receive still reports 'not done' %.1f s after rank 1 was "
+           "told to die (%ld calls); a dead peer must turn into ncclRemoteError/ncclSystemError",
+           bound, calls);
+    }
+    pollPause(1000);
+  }
+  double errorAfter = secondsSince(t0);
+  if (!isPeerFailure(rc)) {
+    fail("peer-killed: test() failed with %s after %.2f s; expected ncclRemoteError or "
+         "ncclSystemError (last WARN: %s)", resultName(rc), errorAfter, ctx.net.lastWarn().c_str());
+  }
+  say("peer-killed: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s",
+      resultName(rc), errorAfter, bound, ctx.net.lastWarn().c_str());
+  setPhase("peer-killed: closing the broken comm");
+  deregHost(ctx, recvComm, mh, "peer-killed recv buffer (after the error)");
+  closeAll(ctx, t);
+  checkHealthy(ctx, "after the dead peer");
+  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f", resultName(rc),
+                errorAfter, bound);
+}
+
+[[noreturn]] void peerKilledVictim(Context& ctx) {
+  CommTable t = establish(ctx, {{0}, {}, 1, "dead"}, ctx.deadline);
+  void* sendComm = t[0].send[0];
+  HostBuffer buf(8);
+  fillPattern(buf.data(), 8, 1);
+  void* mh = regHost(ctx, sendComm, buf, "peer-killed send buffer");
+  std::vector<Op> first = {sendOp(sendComm, buf.data(), 8, 1, mh, "peer-killed: first isend rank1->rank0")};
+  Engine(ctx, ctx.seed).run(first, ctx.deadline);
+  ctx.rv->fetch("posted.0", ctx.deadline, "rank 0 posting the receive");
+  say("peer-killed: rank 0 has posted its receive; SIGKILLing myself now");
+  dieAsPlanned(true);
+}
+
+struct RoundResult {
+  size_t recvs = 0, sends = 0;
+  int refused = 0;
+};
+
+// One close-inflight round: connect both ways, post, close with the requests in flight.
+RoundResult closeInflightRound(Context& ctx, int round, int inflight, int size) {
+  int peer = 1 - ctx.rank;
+  bool strict = round % 2 == 1;
+  CommTable t = establish(ctx, {{peer}, {peer}, 1, format("r%d", round)}, ctx.deadline);
+  void* sc = t[peer].send[0];
+  void* rc = t[peer].recv[0];
+  size_t bytes = static_cast<size_t>(inflight) * static_cast<size_t>(size);
+  HostBuffer out(bytes), in(bytes);
+  void* mhOut = regHost(ctx, sc, out, "close-inflight send arena");
+  void* mhIn = regHost(ctx, rc, in, "close-inflight recv arena");
+  std::vector<Op> recvs, sends;
+  for (int i = 0; i < inflight; ++i) {
+    size_t off = static_cast<size_t>(i) * static_cast<size_t>(size);
+    recvs.push_back(recvOp(rc, in.data() + off, size, i, mhIn,
+                           format("round %d irecv #%d rank%d<-rank%d", round, i, ctx.rank, peer)));
+    sends.push_back(sendOp(sc, out.data() + off, size, i, mhOut,
+                           format("round %d isend #%d rank%d->rank%d", round, i, ctx.rank, peer)));
+  }
+  setPhase(format("close-inflight round %d (%s): posting", round, strict ? "strict" : "racing"));
+  Engine engine(ctx, ctx.seed + static_cast<unsigned>(round));
+  RoundResult r;
+  int* errors = strict ? nullptr : &r.refused;
+  r.recvs = engine.postOnly(recvs, Deadline(10, "posting receives"), errors);
+  r.sends = engine.postOnly(sends, Deadline(10, "posting sends"), errors);
+  if (strict && (r.recvs != recvs.size() || r.sends != sends.size())) {
+    fail("round %d: only %zu of %zu irecvs and %zu of %zu isends could be posted in 10 s while the "
+         "peer was posting too (without test() calls)", round, r.recvs, recvs.size(), r.sends, sends.size());
+  }
+  if (strict) ctx.barrier(format("posted-%d", round));
+  setPhase(format("close-inflight round %d: closing with %zu irecvs and %zu isends posted", round, r.recvs, r.sends));
+  deregHost(ctx, sc, mhOut, "close-inflight send arena (requests in flight)");
+  deregHost(ctx, rc, mhIn, "close-inflight recv arena (requests in flight)");
+  closeAll(ctx, t);
+  if (round <= 2 || round % 5 == 0) {
+    say("round %d (%s): closed with %zu irecvs and %zu isends posted%s", round,
+        strict ? "both posted first" : "racing the peer's close", r.recvs, r.sends,
+        r.refused ? format(", %d post(s) refused by the closing peer", r.refused).c_str() : "");
+  }
+  return r;
+}
+
+}  // namespace
+
+void setDeadPeerReportFd(int fd) { gReportFd = fd; }
+
+bool deadPeerNeedsGuard(const Options& opts, int rank) {
+  std::string mode = opts.str("mode", "");
+  return rank == 1 && (mode == "listener-dies" || mode == "peer-killed");
+}
+
+int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, double deadlineS) {
+  setPhase("dead-peer guard: waiting for rank 1's child");
+  startWatchdog("dead-peer", 1, deadlineS + 30);
+  Deadline deadline(deadlineS, "--deadline");
+  int status = 0;
+  while (true) {
+    pid_t r = waitpid(childPid, &status, WNOHANG);
+    if (r == childPid) break;
+    if (r < 0 && errno != EINTR) {
+      printf("FAIL dead-peer rank=1 mode=%s: waitpid: %s\n", mode.c_str(), strerror(errno));
+      return 1;
+    }
+    if (deadline.expired()) {
+      kill(childPid, SIGKILL);
+      waitpid(childPid, &status, 0);
+      printf("FAIL dead-peer rank=1 mode=%s: the child (pid %d) was still running at the "
+             "deadline (%.0f s); killed it\n", mode.c_str(), childPid, deadlineS);
+      return 1;
+    }
+    pollPause(10 * 1000);
+  }
+  char c = 0;
+  bool planned = read(reportFd, &c, 1) == 1 && c == 'D';
+  std::string how = WIFSIGNALED(status) ? format("signal %d", WTERMSIG(status))
+                                        : format("exit %d", WEXITSTATUS(status));
+  bool expected = planned && ((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
+                              (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  if (!expected) {
+    printf("FAIL dead-peer rank=1 mode=%s: the child (pid %d) ended with %s %s\n", mode.c_str(),
+           childPid, how.c_str(), planned ? "(unexpected way to die)" : "before its planned death (see its FAIL line)");
+    return 1;
+  }
+  printf("PASS dead-peer rank=1 mode=%s: child pid %d died as planned (%s)\n", mode.c_str(),
+         childPid, how.c_str());
+  return 0;
+}
+
+// 2 nodes, --mode never-accept | listener-dies | peer-killed; see the file comment.
+std::string runDeadPeer(Context& ctx) {
+  requireNodes(ctx, 2);
+  std::string mode = ctx.opts.str("mode", "");
+  double margin = ctx.opts.real("margin", 20);
+  bool connectMode = mode == "never-accept" || mode == "listener-dies";
+  if (!connectMode && mode != "peer-killed") {
+    fail("dead-peer needs --mode never-accept|listener-dies|peer-killed (got '%s')", mode.c_str());
+  }
+  double bound = ctx.opts.real("bound", connectMode ? connectTimeoutSeconds() + margin : 60);
+  if (ctx.rank == 0) {
+    return connectMode ? connectMustFail(ctx, mode, bound) : receiveMustFail(ctx, bound);
+  }
+  if (mode == "peer-killed") peerKilledVictim(ctx);
+  void* lc = listenAndPublish(ctx, "h.1.0.dead", "rank 1's listener for the dead-peer test");
+  if (mode == "listener-dies") {
+    ctx.rv->fetch("start.0", ctx.deadline, "rank 0 starting to connect");
+    say("listener-dies: rank 0 is connecting; exiting now without closing anything");
+    dieAsPlanned(false);
+  }
+  // never-accept: stay alive, never call accept, until rank 0 is done.
+  setPhase("never-accept: listening without accepting until rank 0 is done");
+  ctx.rv->fetch("done.0", ctx.deadline, "rank 0 finishing its connect attempt");
+  ctx.net.check(ctx.net->closeListen(lc), "closeListen", "never-accept listener (never accepted)");
+  return "mode=never-accept listened without accepting; closeListen ok";
+}
+
+// 2 nodes: --rounds (20) times: connect both ways, post --inflight (16) receives and
+// sends of --size bytes, close with requests in flight. Odd rounds: both ranks finish
+// posting (barrier) before either closes, so every post must succeed. Even rounds: no
+// barrier, the peer may be closing while this rank still posts, so isend/irecv errors
+// are tolerated (counted). No crash, no hang, closes succeed, fds and RDMA objects stable
+// from round 1 to the last; the plugin still works afterwards.
+std::string runCloseInflight(Context& ctx) {
+  requireNodes(ctx, 2);
+  int rounds = static_cast<int>(ctx.opts.integer("rounds", 20));
+  int inflight = static_cast<int>(ctx.opts.integer("inflight", 16));
+  int size = static_cast<int>(ctx.opts.integer("size", 256 * 1024));
+  if (rounds < 2 || inflight < 1 || inflight > kMaxRequests || size < 1) {
+    fail("need --rounds >= 2, 1 <= --inflight <= %d, --size >= 1", kMaxRequests);
+  }
+  int peer = 1 - ctx.rank;
+  Snapshot base, last;
+  size_t postedSends = 0, postedRecvs = 0;
+  int refused = 0;
+  for (int round = 1; round <= rounds; ++round) {
+    RoundResult r = closeInflightRound(ctx, round, inflight, size);
+    postedRecvs += r.recvs;
+    postedSends += r.sends;
+    refused += r.refused;
+    ctx.barrier(format("round-%d", round));
+    if (round == 1) {
+      base = stableSnapshot(5);
+      say("after round 1: %s", base.describe().c_str());
+    }
+  }
+  setPhase("close-inflight: comparing resources to round 1");
+  std::string leak = compareToBaseline(base, 10, &last);
+  say("after round %d: %s", rounds, last.describe().c_str());
+  if (!leak.empty()) fail("resources grew between round 1 and round %d: %s", rounds, leak.c_str());
+  setPhase("close-inflight: health check");
+  CommTable t = establish(ctx, {{peer}, {peer}, 1, "health"}, ctx.deadline);
+  exchangeSmall(ctx, peer, t[peer].send[0], t[peer].recv[0], 99, "health check after close-inflight");
+  ctx.barrier("health");
+  closeAll(ctx, t);
+  return format("rounds=%d posted_irecvs=%zu posted_isends=%zu refused_posts=%d round1=[%s] last=[%s] healthy",
+                rounds, postedRecvs, postedSends, refused, base.describe().c_str(), last.describe().c_str());
+}
+
+}  // namespace e2e

@@ -1,0 +1,71 @@
+// The scenarios (one function each, dispatched by name from main) and the checks several
+// of them share: routing of connections as the plugin's INFO `conn` lines report it, and
+// resource snapshots for leak checks.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "context.h"
+#include "probes.h"
+
+namespace e2e {
+
+// scenario_connect.cpp
+std::string runConnectMesh(Context& ctx);
+std::string runRingDiagonal(Context& ctx);
+std::string runCycles(Context& ctx);
+// scenario_failure.cpp
+std::string runDeadPeer(Context& ctx);
+std::string runCloseInflight(Context& ctx);
+// scenario_data.cpp
+std::string runPair(Context& ctx);
+std::string runLinks(Context& ctx);
+// scenario_ring.cpp
+std::string runAllreduce(Context& ctx);
+std::string runDemo(Context& ctx);
+
+// dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
+// runs in the parent: waits for the child and turns its planned death into exit 0.
+int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, double deadlineS);
+bool deadPeerNeedsGuard(const Options& opts, int rank);
+// Set in the child: the pipe to the parent (the child writes 'D' just before dying).
+void setDeadPeerReportFd(int fd);
+
+// Options every scenario accepts.
+std::set<std::string> commonOptions();
+std::set<std::string> withCommon(std::set<std::string> extra);
+
+// Requires the run to have `nodes` ranks (0: at least 2).
+void requireNodes(const Context& ctx, int nodes);
+
+// --- routing ---------------------------------------------------------------------------------
+struct RouteReport {
+  std::map<int, int> sendLines, recvLines;               // peer rank -> conn lines
+  std::map<int, std::map<std::string, int>> netdevs;     // peer rank -> local netdev -> lines
+  std::map<int, std::set<std::string>> ports;            // peer rank -> "dev:port"
+  std::map<int, int> mtu;                                // peer rank -> last MTU seen
+  std::string describe() const;                          // "peer1: p1 x16 ..."
+};
+// Checks every conn line logged since `mark`: its peer address is a lab node in `peers`,
+// its local netdev is cabled to that node (p<j>, p<j>b, ...), its local address is on the
+// peer's link subnet. Throws Failure naming the first offending line.
+RouteReport checkRouting(Context& ctx, size_t mark, const std::set<int>& peers);
+// Requires at least `perDirection` send and recv conn lines for each peer.
+void requireConnLines(const RouteReport& r, const std::set<int>& peers, int perDirection);
+
+// --- leaks -----------------------------------------------------------------------------------
+struct Snapshot {
+  int fds = -1;
+  RdmaResources res;
+  std::string describe() const;
+};
+// Reads fds and rdma resources until two readings agree (at most `seconds`): the plugin
+// may still be finishing a teardown in its own thread.
+Snapshot stableSnapshot(double seconds);
+// Polls until `now` matches `base` (at most `seconds`); returns "" or what differs.
+std::string compareToBaseline(const Snapshot& base, double seconds, Snapshot* now);
+
+}  // namespace e2e

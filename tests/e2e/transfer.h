@@ -1,0 +1,109 @@
+// Moving data through the plugin as NCCL does: registered host buffers, isend/irecv
+// (grouped receives of up to 8 tagged buffers), test() polling, and the checks.
+//  - isend and irecv may return a NULL request ("not yet": the receiver has not posted,
+//    or the comm is not ready); the Engine retries them while it keeps testing the rest.
+//  - Requests on one comm are posted in the order given (NCCL matches sends to receives
+//    in posting order) and at most `window` (<= 32) are outstanding per comm.
+//  - test() may be polled in a shuffled order (completions must not depend on it).
+// Owns: page-aligned host buffers and the data patterns every check compares against.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "context.h"
+
+namespace e2e {
+
+constexpr int kMaxGroup = 8;      // NCCL's IB transport uses maxRecvs 8
+constexpr int kMaxRequests = 32;  // per comm
+
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(size_t size);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr, o.size_ = 0; }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// regMr(comm, buf, size, NCCL_PTR_HOST) / deregMr, failures thrown with `label`.
+void* regHost(Context& ctx, void* comm, const HostBuffer& buf, const std::string& label);
+void deregHost(Context& ctx, void* comm, void* mhandle, const std::string& label);
+
+struct Op {
+  bool send = true;
+  void* comm = nullptr;
+  int n = 1;                        // buffers (sends: 1)
+  void* data[kMaxGroup] = {};
+  int sizes[kMaxGroup] = {};        // send: bytes; recv: capacity of each buffer
+  int tags[kMaxGroup] = {};
+  void* mh[kMaxGroup] = {};
+  std::string label;                // names rank, peer, comm, phase, index
+  // Filled in by the Engine.
+  void* request = nullptr;
+  bool posted = false;
+  bool done = false;
+  int got[kMaxGroup] = {};          // sizes reported by test()
+  long postTries = 0;
+  Clock::time_point postedAt, doneAt;
+};
+
+Op sendOp(void* comm, void* data, int size, int tag, void* mh, std::string label);
+Op recvOp(void* comm, void* data, int size, int tag, void* mh, std::string label);
+
+struct EngineOptions {
+  int window = kMaxRequests;  // outstanding requests per comm
+  bool shuffleTests = false;  // poll test() in a random order each sweep
+};
+
+class Engine {
+ public:
+  Engine(Context& ctx, unsigned seed) : ctx_(ctx), rng_(seed) {}
+  // Posts and completes every op. Throws Failure on any error or at the deadline (the
+  // message lists the ops not done yet).
+  void run(std::vector<Op>& ops, const Deadline& deadline, const EngineOptions& opt = {});
+  // Tries to post every op (no test() calls) until all are posted or `deadline`;
+  // returns how many were posted. For tests that close comms with requests in flight.
+  // With `errors` non-NULL an isend/irecv error stops posting on that comm and is
+  // counted there (the peer may be closing); otherwise it is thrown.
+  size_t postOnly(std::vector<Op>& ops, const Deadline& deadline, int* errors = nullptr);
+  std::mt19937& rng() { return rng_; }
+
+ private:
+  // 1 posted, 0 not yet (NULL request), -1 error (thrown unless `rc` is non-NULL).
+  int tryPost(Op& op, ncclResult_t* rc = nullptr);
+  bool tryComplete(Op& op);
+  std::string pendingSummary(const std::vector<Op>& ops) const;
+
+  Context& ctx_;
+  std::mt19937 rng_;
+};
+
+// --- data patterns ------------------------------------------------------------------------
+
+// A seed that differs for every (source rank, destination rank, a, b, c).
+uint64_t patternSeed(int src, int dst, uint64_t a, uint64_t b, uint64_t c);
+void fillPattern(void* data, size_t size, uint64_t seed);
+// Empty when data matches; otherwise "N of M bytes differ, first at offset X (expected
+// 0x.., got 0x..)".
+std::string checkPattern(const void* data, size_t size, uint64_t seed);
+// Empty when every byte of [data, data+size) is `value`; otherwise the first offset.
+std::string checkFill(const void* data, size_t size, uint8_t value);
+
+// One 8-byte message each way on (send, recv) with a data check; a connection health
+// probe. Registers and deregisters its own buffers.
+void exchangeSmall(Context& ctx, int peer, void* sendComm, void* recvComm, uint64_t round,
+                   const std::string& label);
+
+}  // namespace e2e
