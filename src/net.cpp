@@ -37,6 +37,35 @@ PendingConnects& pendingConnects() {
   return *p;
 }
 
+// Every comm handed to NCCL, with its kind, so a double close or a close through the wrong
+// entry point is an error instead of a double free. Consulted only on create and close.
+enum class CommKind { Send, Recv, Listen };
+struct LiveComms {
+  std::mutex mutex;
+  std::unordered_map<const void*, CommKind> kinds;
+};
+
+LiveComms& liveComms() {
+  static LiveComms* l = new LiveComms();
+  return *l;
+}
+
+void remember(const void* comm, CommKind kind) {
+  if (comm == nullptr) return;
+  std::lock_guard<std::mutex> lock(liveComms().mutex);
+  liveComms().kinds[comm] = kind;
+}
+
+ncclResult_t forget(const void* comm, CommKind kind, const char* what) {
+  std::lock_guard<std::mutex> lock(liveComms().mutex);
+  auto it = liveComms().kinds.find(comm);
+  MESH_REQUIRE(it != liveComms().kinds.end(), ncclInvalidUsage, "%s: %p is not an open comm (closed twice?)",
+               what, comm);
+  MESH_REQUIRE(it->second == kind, ncclInvalidUsage, "%s: %p is a different kind of comm", what, comm);
+  liveComms().kinds.erase(it);
+  return ncclSuccess;
+}
+
 ncclResult_t handshaker(Handshaker** out) {
   Handshaker* hs = Plugin::instance().handshaker();
   MESH_REQUIRE(hs != nullptr, ncclInvalidUsage, "no mesh device (init found no usable RDMA port)");
@@ -78,6 +107,7 @@ ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
   }
   memcpy(handle, bytes, kHandleSize);
   *out = lc.release();
+  remember(*out, CommKind::Listen);
   return ncclSuccess;
 }
 
@@ -113,6 +143,7 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
   }
   MESH_CHECK(r);
   *out = static_cast<SendComm*>(conn.release());
+  remember(*out, CommKind::Send);
   return ncclSuccess;
 }
 
@@ -121,6 +152,7 @@ ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
   std::unique_ptr<PreparedConn> conn;
   MESH_CHECK(Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn));
   *out = static_cast<RecvComm*>(conn.release());
+  remember(*out, CommKind::Recv);
   return ncclSuccess;
 }
 
@@ -169,10 +201,18 @@ ncclResult_t closeComm(Comm* comm) {
 }
 }  // namespace
 
-ncclResult_t netCloseSend(SendComm* comm) { return closeComm(comm); }
-ncclResult_t netCloseRecv(RecvComm* comm) { return closeComm(comm); }
+ncclResult_t netCloseSend(SendComm* comm) {
+  MESH_CHECK(forget(comm, CommKind::Send, "closeSend"));
+  return closeComm(comm);
+}
+
+ncclResult_t netCloseRecv(RecvComm* comm) {
+  MESH_CHECK(forget(comm, CommKind::Recv, "closeRecv"));
+  return closeComm(comm);
+}
 
 ncclResult_t netCloseListen(ListenComm* comm) {
+  MESH_CHECK(forget(comm, CommKind::Listen, "closeListen"));
   Plugin::instance().handshakerFor(comm->dev)->closeListener(comm->listener);
   delete comm;
   return ncclSuccess;

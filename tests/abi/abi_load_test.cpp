@@ -277,6 +277,16 @@ TEST_F(AbiLoad, NullAndOutOfRangeArgumentsAreRejected) {
   EXPECT_NE(net().getProperties(-1, &props), ncclSuccess);
 }
 
+TEST_F(AbiLoad, ClosingACommThatIsNotOpenIsAnErrorNotACrash) {
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);
+  // Stand-ins for a comm NCCL already closed (or never got from us): never dereferenced.
+  alignas(64) char notAComm[256] = {};
+  EXPECT_EQ(net().closeSend(notAComm), ncclInvalidUsage);
+  EXPECT_EQ(net().closeRecv(notAComm), ncclInvalidUsage);
+  EXPECT_EQ(net().closeListen(notAComm), ncclInvalidUsage);
+}
+
 TEST_F(AbiLoad, HostOnlyHooksAreHarmless) {
   ASSERT_NO_FATAL_FAILURE(openPlugin());
   ASSERT_EQ(net().init(captureLog), ncclSuccess);

@@ -18,6 +18,8 @@ struct Context {
   int rank = -1;
   int nodes = 0;
   int dev = 0;              // the plugin device every comm uses (--dev)
+  int api = 8;              // the ncclNet ABI version every call goes through (--api)
+  int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;  // given to init (--traffic-class)
   std::string topology;     // "full", "ring", "line" or "" when unknown
   int linksPerPair = 1;     // parallel cables per pair (VMESH_LINKS)
   unsigned seed = 1;        // --seed: shuffles and patterns

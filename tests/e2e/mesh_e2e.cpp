@@ -1,6 +1,6 @@
 // mesh_e2e: end-to-end scenarios for the nccl-mesh plugin, run on every node of a mesh
 // (the lab: scripts/vmesh run --nodes N -- mesh_e2e SCENARIO ...). Talks to the plugin
-// only as NCCL does: dlopen + ncclNetPlugin_v8. Each rank prints one line
+// only as NCCL does: dlopen + ncclNetPlugin_v<N> (--api). Each rank prints one line
 //   PASS <scenario> rank=<r> ... figures      or      FAIL <scenario> rank=<r>: reason
 // and exits 0 only on PASS. A global deadline turns any hang into a FAIL.
 #include <fcntl.h>
@@ -33,8 +33,8 @@ const ScenarioInfo kScenarios[] = {
      "[--count 200] [--check-at 10]  2 nodes: listen/connect/exchange/close cycles, leak check"},
     {"dead-peer", runDeadPeer, {"mode", "bound", "margin"},
      "--mode never-accept|listener-dies|peer-killed [--bound S] [--margin 20]  2 nodes"},
-    {"pair", runPair, {"api", "iters", "groups"},
-     "[--api v8] [--iters 2] [--groups 4]  2 nodes: sizes, 32 outstanding, grouped, short"},
+    {"pair", runPair, {"iters", "groups", "big"},
+     "[--iters 2] [--groups 4] [--big 0]  2 nodes: sizes, 32 outstanding, grouped, short, one big"},
     {"allreduce", runAllreduce, {"pairs", "count", "iters"},
      "[--pairs 4] [--count 262144] [--iters 2]  ring all-reduce, exact check"},
     {"links", runLinks, {"size", "min-share"},
@@ -48,7 +48,7 @@ const ScenarioInfo kScenarios[] = {
 void usage(FILE* out) {
   fprintf(out,
           "usage: mesh_e2e SCENARIO [options]\n"
-          "Runs on every rank of a mesh; talks to the plugin only through ncclNetPlugin_v8.\n\n"
+          "Runs on every rank of a mesh; talks to the plugin only through ncclNetPlugin_v<--api>.\n\n"
           "Scenarios:\n");
   for (const ScenarioInfo& s : kScenarios) fprintf(out, "  %-15s %s\n", s.name, s.usage);
   fprintf(out,
@@ -59,6 +59,8 @@ void usage(FILE* out) {
           "  --deadline S    fail instead of waiting past S seconds (240)\n"
           "  --plugin PATH   plugin library (libnccl-net-mesh.so, found via LD_LIBRARY_PATH)\n"
           "  --dev D         plugin device for every comm (0)\n"
+          "  --api V         ncclNet ABI every call goes through: v8, v9, v10, v11 (v8)\n"
+          "  --traffic-class N  given to init, v10/v11 only (-1: the plugin's NCCL_MESH_IB_TC)\n"
           "  --run-id ID     separates repeated runs in one shared directory (1)\n"
           "  --seed N        shuffles (1)\n"
           "  --verbose       echo the plugin's INFO lines (also with NCCL_DEBUG=INFO)\n");
@@ -89,12 +91,12 @@ void describeDevice(Context& ctx) {
          "the plugin's WARN lines above)", ndev);
   }
   if (ctx.dev < 0 || ctx.dev >= ndev) fail("--dev %d, but the plugin has %d device(s)", ctx.dev, ndev);
-  ncclNetProperties_v8_t props;
-  memset(&props, 0, sizeof(props));
+  netapi::Properties props;
   ctx.net.check(ctx.net->getProperties(ctx.dev, &props), "getProperties", format("dev %d", ctx.dev));
-  say("plugin '%s': %d device(s); dev %d = %s, speed %d Mbps, maxRecvs %d, maxComms %d, ptrSupport 0x%x",
-      ctx.net->name, ndev, ctx.dev, props.name ? props.name : "?", props.speed, props.maxRecvs,
-      props.maxComms, props.ptrSupport);
+  say("plugin '%s' via %s: %d device(s); dev %d = %s, speed %d Mbps, maxRecvs %d, maxComms %d, "
+      "ptrSupport 0x%x, maxP2pBytes %zu",
+      ctx.net->name(), ctx.net->symbol(), ndev, ctx.dev, props.name.empty() ? "?" : props.name.c_str(),
+      props.speed, props.maxRecvs, props.maxComms, props.ptrSupport, props.maxP2pBytes);
   if (!(props.ptrSupport & NCCL_PTR_HOST)) fail("dev %d does not support host memory (ptrSupport 0x%x)", ctx.dev, props.ptrSupport);
   if (props.maxRecvs < 8) fail("dev %d: maxRecvs %d, the scenarios use grouped receives of 8", ctx.dev, props.maxRecvs);
 }
@@ -105,7 +107,7 @@ int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& share
   try {
     ctx.rv.reset(new Rendezvous(shared, ctx.scenario, ctx.opts.str("run-id", "1"), ctx.rank, ctx.nodes));
     setPhase("loading the plugin");
-    ctx.net.load(plugin, verbose);
+    ctx.net.load(plugin, ctx.api, ctx.trafficClass, verbose);
     describeDevice(ctx);
     setPhase(ctx.scenario);
     std::string figures = info.fn(ctx);
@@ -162,6 +164,13 @@ bool configure(Context& ctx, const ScenarioInfo& info, int argc, char** argv) {
     ctx.nodes = static_cast<int>(ctx.opts.integer("nodes", envInt("VMESH_NODES", 0)));
     ctx.dev = static_cast<int>(ctx.opts.integer("dev", 0));
     ctx.seed = static_cast<unsigned>(ctx.opts.integer("seed", 1));
+    ctx.api = netapi::parseVersion(ctx.opts.str("api", "v8"));
+    if (ctx.api == 0) fail("--api %s: expected v8, v9, v10 or v11", ctx.opts.str("api", "").c_str());
+    ctx.trafficClass = static_cast<int>(ctx.opts.integer("traffic-class", NCCL_NET_TRAFFIC_CLASS_UNDEF));
+    if (ctx.trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF && ctx.api < 10) {
+      fail("--traffic-class %d: ncclNet v%d has no way to pass one (use --api v10 or v11)",
+           ctx.trafficClass, ctx.api);
+    }
     ctx.topology = envStr("VMESH_TOPOLOGY");
     ctx.linksPerPair = envInt("VMESH_LINKS", 1);
     if (ctx.rank < 0 || ctx.nodes < 1 || ctx.rank >= ctx.nodes) {
@@ -202,8 +211,8 @@ int mainImpl(int argc, char** argv) {
            ctx.scenario.c_str(), ctx.rank);
     return 2;
   }
-  say("%s: rank %d of %d, topology '%s', %d link(s) per pair, deadline %.0f s, options:%s",
-      ctx.scenario.c_str(), ctx.rank, ctx.nodes, ctx.topology.c_str(), ctx.linksPerPair, deadline,
+  say("%s: rank %d of %d, topology '%s', %d link(s) per pair, ncclNet v%d, deadline %.0f s, options:%s",
+      ctx.scenario.c_str(), ctx.rank, ctx.nodes, ctx.topology.c_str(), ctx.linksPerPair, ctx.api, deadline,
       ctx.opts.describe().c_str());
 
   if (ctx.scenario == "dead-peer" && deadPeerNeedsGuard(ctx.opts, ctx.rank)) {

@@ -15,8 +15,6 @@
 namespace e2e {
 namespace {
 
-constexpr const char* kSymbol = "ncclNetPlugin_v8";
-
 // The logger is a plain C function, so its state is global. Never destroyed: the plugin's
 // threads may log while the process exits.
 struct Capture {
@@ -158,7 +156,7 @@ const char* resultName(int result) {
   }
 }
 
-void PluginNet::load(const std::string& path, bool echoInfo) {
+void PluginNet::load(const std::string& path, int version, int trafficClass, bool echoInfo) {
   capture().echoInfo.store(echoInfo);
   dlerror();
   lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -167,18 +165,17 @@ void PluginNet::load(const std::string& path, bool echoInfo) {
     fail("dlopen(\"%s\") failed: %s (LD_LIBRARY_PATH=%s)", path.c_str(), dlerror(),
          ld ? ld : "<unset>");
   }
-  api_ = static_cast<const ncclNet_v8_t*>(dlsym(lib_, kSymbol));
-  if (api_ == nullptr) fail("%s has no symbol %s: %s", path.c_str(), kSymbol, dlerror());
-  if (api_->name == nullptr || api_->init == nullptr) {
-    fail("%s: %s has a NULL name or init", path.c_str(), kSymbol);
-  }
-  check(api_->init(captureLogger), "init", "plugin " + path);
+  std::string why;
+  if (!api_.bind(lib_, version, &why)) fail("%s: %s", path.c_str(), why.c_str());
+  check(api_.init(captureLogger, trafficClass), "init",
+        format("plugin %s, %s, traffic class %d", path.c_str(), api_.symbol(), trafficClass));
 }
 
 void PluginNet::unload() {
-  if (lib_ != nullptr && dlclose(lib_) != 0) fail("dlclose failed: %s", dlerror());
+  if (lib_ == nullptr) return;
+  check(api_.finalize(), "finalize", format("%s, before dlclose", api_.symbol()));
+  if (dlclose(lib_) != 0) fail("dlclose failed: %s", dlerror());
   lib_ = nullptr;
-  api_ = nullptr;
 }
 
 void PluginNet::check(ncclResult_t r, const char* what, const std::string& context) const {

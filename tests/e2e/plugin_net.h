@@ -1,8 +1,10 @@
 // The plugin as NCCL sees it: dlopen("libnccl-net-mesh.so", RTLD_NOW | RTLD_LOCAL) through
-// LD_LIBRARY_PATH, dlsym("ncclNetPlugin_v8"), init with a capturing logger. Nothing here
-// links the plugin's code.
-// Owns: the library handle and the captured log (every line the plugin sends to NCCL's
-// logger, from any thread). Parses the plugin's per-connection INFO lines:
+// LD_LIBRARY_PATH, dlsym("ncclNetPlugin_v<8|9|10|11>") (--api), init with a capturing
+// logger. Every call goes through netapi::NetApi (tests/abi_versions/net_api.h), so the
+// scenarios read the same whatever the version: sizes are size_t, v11's context is
+// created by load() and ended by unload(). Nothing here links the plugin's code.
+// Owns: the library handle, the bound table and the captured log (every line the plugin
+// sends to NCCL's logger, from any thread). Parses the plugin's per-connection INFO lines:
 //   NET/Mesh : conn <send|recv> peer=<ipv4> link=<k> local=<dev>:<port>/<netdev>
 //              addr=<ipv4> gid_index=<n> qpn=<n> mtu=<bytes>   (extra fields tolerated)
 #pragma once
@@ -12,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "net_v8.h"
+#include "net_api.h"
 
 namespace e2e {
 
@@ -52,12 +54,14 @@ const char* resultName(int result);
 class PluginNet {
  public:
   // Loads `path` (a bare name is searched in LD_LIBRARY_PATH, as NCCL does), resolves
-  // ncclNetPlugin_v8 and calls init with the capturing logger. Throws Failure.
-  void load(const std::string& path, bool echoInfo);
-  // dlclose; checks nothing outlives the library (the caller's process keeps running).
+  // ncclNetPlugin_v<version> and calls init with the capturing logger and `trafficClass`
+  // (reaches the plugin in v10 and v11 only; -1 = its default). Throws Failure.
+  void load(const std::string& path, int version, int trafficClass, bool echoInfo);
+  // finalize (v11: ends init's context), then dlclose; checks nothing outlives the
+  // library (the caller's process keeps running).
   void unload();
-  const ncclNet_v8_t& api() const { return *api_; }
-  const ncclNet_v8_t* operator->() const { return api_; }
+  const netapi::NetApi& api() const { return api_; }
+  netapi::NetApi* operator->() { return &api_; }
 
   // Throws Failure "<what> returned <name> (<n>): <context>; plugin's last WARN: ..."
   // unless r == ncclSuccess.
@@ -75,7 +79,7 @@ class PluginNet {
 
  private:
   void* lib_ = nullptr;
-  const ncclNet_v8_t* api_ = nullptr;
+  netapi::NetApi api_;
 };
 
 }  // namespace e2e

@@ -5,7 +5,8 @@
 namespace e2e {
 
 std::set<std::string> commonOptions() {
-  return {"rank", "nodes", "shared", "deadline", "plugin", "dev", "verbose", "seed", "run-id"};
+  return {"rank", "nodes", "shared", "deadline", "plugin", "dev", "verbose", "seed", "run-id",
+          "api", "traffic-class"};
 }
 
 std::set<std::string> withCommon(std::set<std::string> extra) {

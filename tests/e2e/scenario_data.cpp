@@ -1,6 +1,7 @@
 // Data scenarios between two ranks: every size and receive shape NCCL uses, checked byte
 // for byte (pair), and striping over parallel links checked on the NIC counters (links).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "comm_setup.h"
@@ -92,8 +93,8 @@ int groupSize(int group, int slot) {
 // arena on each, and the phases (each rank runs the same phases at the same time).
 class PairTest {
  public:
-  PairTest(Context& ctx, void* sendComm, void* recvComm)
-      : ctx_(ctx), peer_(1 - ctx.rank), sc_(sendComm), rc_(recvComm), out_(kArena), in_(kArena),
+  PairTest(Context& ctx, void* sendComm, void* recvComm, size_t arena)
+      : ctx_(ctx), peer_(1 - ctx.rank), sc_(sendComm), rc_(recvComm), out_(arena), in_(arena),
         engine_(ctx, ctx.seed * 7919u + static_cast<unsigned>(ctx.rank)) {
     mhOut_ = regHost(ctx, sc_, out_, "pair send arena");
     mhIn_ = regHost(ctx, rc_, in_, "pair recv arena");
@@ -172,11 +173,22 @@ class PairTest {
     run(ph, true);
   }
 
+  // One message of `size` each way into a buffer kBigSlack larger; with a small
+  // NCCL_MESH_CHUNK_SIZE the plugin posts it as many work requests.
+  void big(size_t size) {
+    Phase ph;
+    ph.name = format("big %zu bytes", size);
+    oneEach(ph, 0, static_cast<int>(size), static_cast<int>(size + kBigSlack), 60, 5, size, 0, "big", 0);
+    run(ph, false);
+  }
+
   double seconds() const { return seconds_; }
   size_t bytes() const { return bytes_; }
 
- private:
   static constexpr size_t kArena = 4u << 20;
+  static constexpr size_t kBigSlack = 4096;
+
+ private:
   static constexpr size_t kSlot = 65600;  // > 64 KiB + 64: slots never overlap
 
   std::string label(const char* what, int i, bool send) const {
@@ -210,33 +222,65 @@ class PairTest {
   size_t bytes_ = 0;
 };
 
+// The value the plugin logged for setting `name` on its "settings:" INFO line ("" if none).
+std::string pluginSetting(Context& ctx, const std::string& name) {
+  for (const LogLine& l : ctx.net.logSince(0)) {
+    size_t at = l.text.find(" " + name + "=");
+    if (l.text.find("settings:") == std::string::npos || at == std::string::npos) continue;
+    size_t from = at + name.size() + 2;
+    return l.text.substr(from, l.text.find(' ', from) - from);
+  }
+  return std::string();
+}
+
+// The big message is there to be split: the chunk size this rank's environment sets must
+// be the one the plugin uses (vmesh passes NCCL_* to the guests). Returns the plugin's.
+std::string checkChunkSize(Context& ctx) {
+  std::string used = pluginSetting(ctx, "NCCL_MESH_CHUNK_SIZE");
+  const char* wanted = getenv("NCCL_MESH_CHUNK_SIZE");
+  size_t a = 0, b = 0;
+  if (wanted != nullptr && (!parseSize(wanted, &a) || !parseSize(used, &b) || a != b)) {
+    fail("NCCL_MESH_CHUNK_SIZE=%s in this rank's environment, but the plugin's settings line says '%s'",
+         wanted, used.c_str());
+  }
+  return used.empty() ? "?" : used;
+}
+
 }  // namespace
 
 // 2 nodes, both directions at once (each rank sends on its send comm and receives on its
 // recv comm): sizes 0..1 MiB+13, 32 outstanding with test() in a shuffled order, grouped
-// receives of 8 with shuffled tags, short sends into larger buffers.
+// receives of 8 with shuffled tags, short sends into larger buffers; with --big SIZE,
+// one SIZE-byte message each way last.
 std::string runPair(Context& ctx) {
   requireNodes(ctx, 2);
-  std::string api = ctx.opts.str("api", "v8");
-  if (api != "v8") fail("--api %s: only v8 is exercised by this build", api.c_str());
   int iters = static_cast<int>(ctx.opts.integer("iters", 2));
   int groups = static_cast<int>(ctx.opts.integer("groups", 4));
+  size_t big = 0;
+  if (!parseSize(ctx.opts.str("big", "0"), &big) || big > (size_t{1} << 30)) {
+    fail("--big %s: expected a size up to 1G (bytes, K/M/G suffixes)", ctx.opts.str("big", "").c_str());
+  }
+  std::string chunk = big > 0 ? checkChunkSize(ctx) : "";
   int peer = 1 - ctx.rank;
   size_t mark = ctx.net.logSize();
   CommTable t = establish(ctx, {{peer}, {peer}, 1, "pair"}, ctx.deadline);
   RouteReport route = checkRouting(ctx, mark, {peer});
   requireConnLines(route, {peer}, 1);
-  PairTest test(ctx, t[peer].send[0], t[peer].recv[0]);
+  size_t arena = std::max(PairTest::kArena, big + PairTest::kBigSlack);
+  PairTest test(ctx, t[peer].send[0], t[peer].recv[0], arena);
   test.sizes(iters);
   test.window();
   for (int g = 0; g < groups; ++g) test.group(g);
   test.shortSends();
+  if (big > 0) test.big(big);
   ctx.barrier("pair-done");
   test.release();
   closeAll(ctx, t);
-  return format("api=%s sent=%s in %.2f s (sizes x%d, 32 outstanding, %d groups of 8, short sends) route=[%s]",
-                api.c_str(), humanBytes(static_cast<double>(test.bytes())).c_str(), test.seconds(), iters,
-                groups, route.describe().c_str());
+  std::string bigText = big > 0 ? format(", big %zu B with chunk size %s", big, chunk.c_str()) : "";
+  return format("api=v%d sent=%s in %.2f s (sizes x%d, 32 outstanding, %d groups of 8, short sends%s) "
+                "route=[%s]",
+                ctx.api, humanBytes(static_cast<double>(test.bytes())).c_str(), test.seconds(), iters, groups,
+                bigText.c_str(), route.describe().c_str());
 }
 
 namespace {

@@ -102,7 +102,8 @@ std::string receiveMustFail(Context& ctx, double bound) {
 
   setPhase("peer-killed: posting the receive that rank 1 dies under");
   void* data[1] = {buf.data()};
-  int sizes[1] = {4096}, tags[1] = {2};
+  size_t sizes[1] = {4096};
+  int tags[1] = {2};
   void* mhs[1] = {mh};
   void* req = nullptr;
   Deadline postBy(30, "posting the irecv");
@@ -119,12 +120,12 @@ std::string receiveMustFail(Context& ctx, double bound) {
   int done = 0;
   long calls = 0;
   while (true) {
-    int got[1] = {-1};
-    rc = ctx.net->test(req, &done, got);
+    size_t got[1];
+    rc = ctx.net->test(req, &done, got, 1);
     ++calls;
     if (rc != ncclSuccess) break;
     if (done) {
-      fail("peer-killed: the receive COMPLETED (%d bytes) although rank 1 never sent a second "
+      fail("peer-killed: the receive COMPLETED (%zu bytes) although rank 1 never sent a second "
            "message and was killed", got[0]);
     }
     if (secondsSince(t0) > bound) {

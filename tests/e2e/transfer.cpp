@@ -66,9 +66,11 @@ int Engine::tryPost(Op& op, ncclResult_t* rcOut) {
   void* req = nullptr;
   ncclResult_t rc;
   if (op.send) {
-    rc = ctx_.net->isend(op.comm, op.data[0], op.sizes[0], op.tags[0], op.mh[0], &req);
+    rc = ctx_.net->isend(op.comm, op.data[0], static_cast<size_t>(op.sizes[0]), op.tags[0], op.mh[0], &req);
   } else {
-    rc = ctx_.net->irecv(op.comm, op.n, op.data, op.sizes, op.tags, op.mh, &req);
+    size_t sizes[kMaxGroup];
+    for (int i = 0; i < op.n; ++i) sizes[i] = static_cast<size_t>(op.sizes[i]);
+    rc = ctx_.net->irecv(op.comm, op.n, op.data, sizes, op.tags, op.mh, &req);
   }
   if (rc != ncclSuccess && rcOut != nullptr) {
     *rcOut = rc;
@@ -90,16 +92,18 @@ int Engine::tryPost(Op& op, ncclResult_t* rcOut) {
 
 bool Engine::tryComplete(Op& op) {
   int done = 0;
-  int sizes[kMaxGroup];
-  for (int& s : sizes) s = -1;
-  ncclResult_t rc = ctx_.net->test(op.request, &done, sizes);
+  size_t sizes[kMaxGroup];
+  ncclResult_t rc = ctx_.net->test(op.request, &done, sizes, op.n);
   ctx_.net.check(rc, "test", format("%s (request %p, %s posted %.3f s ago)", op.label.c_str(),
                                     op.request, op.send ? "isend" : "irecv",
                                     secondsSince(op.postedAt)));
   if (!done) return false;
   op.done = true;
   op.doneAt = Clock::now();
-  for (int i = 0; i < op.n; ++i) op.got[i] = sizes[i];
+  // A size the plugin did not write reads -1, which no check accepts.
+  for (int i = 0; i < op.n; ++i) {
+    op.got[i] = sizes[i] == netapi::kUnwrittenSize ? -1 : static_cast<int>(sizes[i]);
+  }
   op.request = nullptr;  // freed by the plugin once done
   return true;
 }

@@ -54,7 +54,7 @@ struct Op {
   void* request = nullptr;
   bool posted = false;
   bool done = false;
-  int got[kMaxGroup] = {};          // sizes reported by test()
+  int got[kMaxGroup] = {};          // sizes reported by test(); -1: not written
   long postTries = 0;
   Clock::time_point postedAt, doneAt;
 };

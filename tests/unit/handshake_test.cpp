@@ -9,6 +9,7 @@
 
 #include <sys/time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -251,6 +252,97 @@ TEST_F(HandshakeTest, ActivationFailureRefusesTheConnector) {
   transport_.failActivate = true;
   std::unique_ptr<PreparedConn> send, recv;
   EXPECT_EQ(connectAndAccept(l, h, &send, &recv), ncclRemoteError);
+  hs_->closeListener(l);
+}
+
+
+// Raw header bytes: magic, version, type, length, reserved, token (little-endian).
+std::vector<uint8_t> rawHeader(uint32_t length, uint16_t type = 1) {
+  std::vector<uint8_t> h(24, 0);
+  auto put = [&](size_t off, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) h[off + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  put(0, kHsMagic, 4);
+  put(4, kHsVersion, 2);
+  put(6, type, 2);
+  put(8, length, 4);
+  return h;
+}
+
+bool closedByPeer(int fd) {
+  timeval tv{3, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) {
+  }
+  return n == 0 || errno == ECONNRESET;
+}
+
+TEST_F(HandshakeTest, HugeLengthFieldIsRefusedWithoutBuffering) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int fd = rawConnect(h.port);
+  auto header = rawHeader(0xfffffff0u);
+  ASSERT_EQ(write(fd, header.data(), header.size()), static_cast<ssize_t>(header.size()));
+  EXPECT_TRUE(closedByPeer(fd));
+  close(fd);
+  std::unique_ptr<PreparedConn> send, recv;
+  EXPECT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, TruncatedMessageTimesOutAndIsDropped) {
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int fd = rawConnect(h.port);
+  auto header = rawHeader(200);  // promises 200 bytes, sends only the header
+  ASSERT_EQ(write(fd, header.data(), header.size()), static_cast<ssize_t>(header.size()));
+  auto start = Clock::now();
+  EXPECT_TRUE(closedByPeer(fd));  // dropped at the handshake deadline (1.5 s here)
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(2900));
+  close(fd);
+  hs_->closeListener(l);
+}
+
+TEST_F(HandshakeTest, ScannerFloodDoesNotStopLegitimateConnects) {
+  makeHandshaker(64);  // a bound well above what the reactor leaves unread in a busy moment
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  constexpr int kAttempts = 1000;
+  std::atomic<int> attempts{0};
+  // 1,000 connections at about 1,000 a second, half sending a byte of junk, half nothing.
+  std::thread scanner([&] {
+    for (int i = 0; i < kAttempts; ++i) {
+      int fd = rawConnect(h.port);
+      if (i % 2 == 0) {
+        char junk = 'x';
+        (void)!write(fd, &junk, 1);
+      }
+      close(fd);
+      attempts.store(i + 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // pacing the flood, not syncing
+    }
+  });
+  int during = 0;
+  bool allOk = true;
+  while (allOk && attempts.load() < kAttempts) {  // legitimate connects while the flood lasts
+    std::unique_ptr<PreparedConn> send, recv;
+    allOk = connectAndAccept(l, h, &send, &recv) == ncclSuccess;
+    EXPECT_TRUE(allOk) << "legitimate connect " << during << " failed during the flood";
+    ++during;
+    // One legitimate connect per 50 scanner attempts, so the test does not exhaust the
+    // loopback's ephemeral ports itself.
+    int next = std::min(kAttempts, 50 * during);
+    while (attempts.load() < next) std::this_thread::yield();
+  }
+  scanner.join();
+  EXPECT_GE(during, 5);
+  std::unique_ptr<PreparedConn> send, recv;  // and after
+  EXPECT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
   hs_->closeListener(l);
 }
 
