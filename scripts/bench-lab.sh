@@ -20,6 +20,12 @@
 # Tunables (environment): BENCH_BW_BYTES (40M bytes per bandwidth size),
 #   BENCH_LAT_ITERS (100), BENCH_BW_WINDOW (nccl-mesh-perf's window, 8),
 #   BENCH_REPEAT (2: rounds of perftest then plugin; each figure is the best round's),
+#   BENCH_BW_IDLE_SLEEP_US (50: nccl-mesh-perf --bw-idle-sleep-us). Why: the lab's NICs are
+#   emulated by QEMU threads on the same 2 host cores as the guests' vCPUs; a receiver
+#   that spins keeps its vCPU busy and starves that packet forwarding (measured here:
+#   16 MB/s spinning vs 30 MB/s sleeping 50 us between empty polls, same build).
+#   perftest's ib_write_bw server does not poll at all, so sleeping when idle is the fair
+#   comparison. Latency is measured spinning (sched_yield), as ib_write_lat spins.
 #   BENCH_TIMEOUT (vmesh --timeout, 900).
 # Exit: 0 all figures measured (and, with --strict, on target); 1 below target with
 # --strict; 2 a measurement failed or is missing.
@@ -36,6 +42,7 @@ BW_BYTES=${BENCH_BW_BYTES:-40M}
 LAT_ITERS=${BENCH_LAT_ITERS:-100}
 REPEAT=${BENCH_REPEAT:-2}
 BW_WINDOW=${BENCH_BW_WINDOW:-8}
+BW_IDLE_SLEEP_US=${BENCH_BW_IDLE_SLEEP_US:-50}
 PORT_BASE=18515
 SERVER_ADDR=198.18.0.2   # node 1 on link 0
 TOOL_TIMEOUT=180         # any single tool run
@@ -135,7 +142,7 @@ measure() {
         timeout 600 "$build/nccl-mesh-perf" --rank "$rank" --rendezvous "$VMESH_SHARED" --tag "bench$rep" \
         --lat-sizes "$LAT_SIZE" --lat-iters "$LAT_ITERS" --lat-warmup 5 \
         --bw-sizes "$(echo "$BW_SIZES" | tr ' ' ',')" --bw-iters 100000 --bw-bytes "$BW_BYTES" \
-        --bw-warmup 2 --bw-window "$BW_WINDOW" --timeout 500 2>&1 | tee "$results/nccl-mesh-perf.r$rep.$rank.txt"
+        --bw-warmup 2 --bw-window "$BW_WINDOW" --bw-idle-sleep-us "$BW_IDLE_SLEEP_US" --timeout 500 2>&1 | tee "$results/nccl-mesh-perf.r$rep.$rank.txt"
     if [ "${PIPESTATUS[0]}" != 0 ]; then
         echo "BENCH-ERROR nccl-mesh-perf failed on rank $rank (round $rep)"
         ok=1
@@ -221,7 +228,7 @@ host() {
     # The guests get only PATH, LD_LIBRARY_PATH and NCCL_* from here: pass the tunables.
     "$REPO/scripts/vmesh" run --build-dir "$build" --nodes 2 --keep-shared \
         --timeout "${BENCH_TIMEOUT:-900}" --env "BENCH_BW_BYTES=$BW_BYTES" \
-        --env "BENCH_LAT_ITERS=$LAT_ITERS" --env "BENCH_BW_WINDOW=$BW_WINDOW" --env "BENCH_REPEAT=$REPEAT" \
+        --env "BENCH_LAT_ITERS=$LAT_ITERS" --env "BENCH_BW_WINDOW=$BW_WINDOW" --env "BENCH_BW_IDLE_SLEEP_US=$BW_IDLE_SLEEP_US" --env "BENCH_REPEAT=$REPEAT" \
         -- "$REPO/scripts/bench-lab.sh" --guest "$build" 2>&1 | tee "$log"
     local vmesh_rc=${PIPESTATUS[0]}
     # vmesh kept the shared directory (raw tool outputs); bring them along, then drop it.
@@ -239,7 +246,8 @@ host() {
         echo
         echo "bench-lab: nccl-mesh (plugin, through its ABI) vs perftest on the same Soft-RoCE link, same run"
         echo "  bandwidth in MB/s (2^20 B/s, perftest's unit); latency in usec, typical (median) half round trip;"
-        echo "  nccl-mesh-perf window $BW_WINDOW, $BW_BYTES per bandwidth size, $LAT_ITERS latency iterations;"
+        echo "  nccl-mesh-perf window $BW_WINDOW, $BW_BYTES per bandwidth size, $LAT_ITERS latency iterations,"
+        echo "  bandwidth polls sleep ${BW_IDLE_SLEEP_US} us when idle (emulated NICs share the host cores);"
         echo "  each figure the best of $REPEAT alternating rounds (bandwidth: highest; latency: lowest typical)"
         printf '%-26s %14s %16s %8s %9s   %s\n' "metric" "ib_write_*" "nccl-mesh-perf" "ratio" "target" "verdict"
         row "bandwidth 64 KiB (MB/s)" "$(best MBps "BENCH ib_write_bw size=65536 " max)" \

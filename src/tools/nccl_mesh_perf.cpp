@@ -14,11 +14,13 @@
 //   PERF lat size=8 usec=<typical> avg=<> min=<> iters=<n>
 //   PERF bw size=65536 MBps=<> iters=<n> window=<w>
 #include <dlfcn.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
@@ -104,6 +106,7 @@ struct Options {
   std::vector<size_t> latSizes, bwSizes;
   int latIters = 30, latWarmup = 5;
   int bwIters = 20, bwWarmup = 2, bwWindow = 8;
+  int bwIdleSleepUs = 0;  // bandwidth phase, after an empty poll: 0 = sched_yield(), N = sleep N us
   size_t bwBytes = 8u << 20;  // per size: iterations shrink so size * iters <= this
   double timeout = 300;
   bool lat = true, bw = true;
@@ -129,6 +132,10 @@ void usage(FILE* out) {
           "                      max(1, B / size)) (8M; raise it on real hardware)\n"
           "  --no-lat | --no-bw  skip a part\n"
           "  --timeout S         give up after S seconds (300)\n"
+          "  --bw-idle-sleep-us N  in the bandwidth phase, after a poll that found nothing,\n"
+          "                      sleep N us instead of sched_yield() (0). In emulated labs a\n"
+          "                      spinning poller takes the host CPU the emulated NIC needs\n"
+          "                      (perftest's ib_write_bw server does not poll at all)\n"
           "  -v | --verbose      echo the plugin's INFO lines\n"
           "Sizes take K/M/G suffixes (binary). MB/s means 2^20 bytes per second, as perftest.\n");
 }
@@ -204,6 +211,7 @@ Options parseArgs(int argc, char** argv) {
     else if (a == "--bw-bytes") o.bwBytes = parseSize(value());
     else if (a == "--no-lat") o.lat = false;
     else if (a == "--no-bw") o.bw = false;
+    else if (a == "--bw-idle-sleep-us") o.bwIdleSleepUs = atoi(value().c_str());
     else if (a == "--timeout") o.timeout = atof(value().c_str());
     else if (a == "-v" || a == "--verbose") gVerbose = true;
     else throw Error("unknown option " + a + " (see --help)");
@@ -290,6 +298,7 @@ class Perf {
   const ncclNet_v8_t* net_;
   int peer_;
   Clock::time_point deadline_;
+  int idleSleepUs_ = 0;  // what poll() does when it found nothing (see --bw-idle-sleep-us)
   void* listenComm_ = nullptr;
   void* sendComm_ = nullptr;
   void* recvComm_ = nullptr;
@@ -363,10 +372,19 @@ void* Perf::postRecv(void* data, int size, int tag) {
   return req;
 }
 
+// Like NCCL's proxy thread, yield the CPU after a poll that found nothing: in a 1-vCPU lab
+// guest a tight spin would take the CPU from Soft-RoCE's own packet processing.
 bool Perf::poll(void* req, const char* what, size_t size, int* got) {
   int done = 0, sizes[1] = {-1};
   check(net_->test(req, &done, sizes), strf("test(%s, %zu bytes)", what, size));
   if (done && got) *got = sizes[0];
+  if (!done) {
+    if (idleSleepUs_ > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(idleSleepUs_));
+    } else {
+      sched_yield();
+    }
+  }
   return done != 0;
 }
 
@@ -384,11 +402,21 @@ void Perf::latency() {
     int n = static_cast<int>(size);
     std::vector<double> samples;
     int total = o_.latWarmup + o_.latIters;
+    // Receives are posted two messages ahead, as NCCL keeps its pipeline steps posted, so
+    // each FIFO slot travels during the previous round trip, not in front of the data.
+    std::deque<void*> ahead;
+    auto postAhead = [&](int index) {
+      if (index < total) ahead.push_back(postRecv(recvBuf_->p, n, 1));
+    };
+    postAhead(0);
+    postAhead(1);
     if (o_.rank == 0) {
       for (int i = 0; i < total; ++i) {
-        void* rr = postRecv(recvBuf_->p, n, 1);  // the pong's receive is posted first
         Clock::time_point t0 = Clock::now();
         void* sr = postSend(sendBuf_->p, n, 1);
+        postAhead(i + 2);
+        void* rr = ahead.front();
+        ahead.pop_front();
         bool sendDone = false, recvDone = false;
         int got = -1;
         unsigned spins = 0;
@@ -408,12 +436,14 @@ void Perf::latency() {
       lat_[size] = row;
       printf("PERF lat size=%zu usec=%.2f avg=%.2f min=%.2f iters=%d\n", size, row.typ, row.avg, row.min, row.iters);
     } else {
-      void* rr = postRecv(recvBuf_->p, n, 1);
       for (int i = 0; i < total; ++i) {
+        void* rr = ahead.front();
+        ahead.pop_front();
         int got = wait(rr, "ping irecv", size);
         if (got != n) throw Error(strf("ping of %zu bytes reported %d bytes", size, got));
-        if (i + 1 < total) rr = postRecv(recvBuf_->p, n, 1);  // the next ping's, before the pong
-        wait(postSend(sendBuf_->p, n, 1), "pong isend", size);
+        void* sr = postSend(sendBuf_->p, n, 1);
+        postAhead(i + 2);
+        wait(sr, "pong isend", size);
       }
     }
     fflush(stdout);
@@ -421,6 +451,7 @@ void Perf::latency() {
 }
 
 void Perf::bandwidth() {
+  idleSleepUs_ = o_.bwIdleSleepUs;
   for (size_t size : o_.bwSizes) {
     int n = static_cast<int>(size);
     int iters = static_cast<int>(std::min<size_t>(static_cast<size_t>(o_.bwIters), std::max<size_t>(1, o_.bwBytes / size)));
