@@ -181,10 +181,10 @@ ncclResult_t Comm::activate(const HsMessage& remote) {
     MESH_CHECK(qps_[q].qp.toRts(settings_.tuning));
     if (q % settings_.qpsPerLink == 0) {
       MESH_INFO(NCCL_INIT | NCCL_NET,
-                "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d",
+                "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d",
                 sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
                 l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
-                qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink);
+                qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, settings_.tuning.trafficClass);
     }
   }
   return activateExtra();
