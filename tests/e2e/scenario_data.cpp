@@ -183,6 +183,7 @@ class PairTest {
   }
 
   double seconds() const { return seconds_; }
+  long flushes() const { return engine_.flushes(); }
   size_t bytes() const { return bytes_; }
 
   static constexpr size_t kArena = 4u << 20;
@@ -277,10 +278,11 @@ std::string runPair(Context& ctx) {
   test.release();
   closeAll(ctx, t);
   std::string bigText = big > 0 ? format(", big %zu B with chunk size %s", big, chunk.c_str()) : "";
-  return format("api=v%d sent=%s in %.2f s (sizes x%d, 32 outstanding, %d groups of 8, short sends%s) "
+  std::string flushText = test.flushes() > 0 ? format(", %ld flushes", test.flushes()) : "";
+  return format("api=v%d sent=%s in %.2f s (sizes x%d, 32 outstanding, %d groups of 8, short sends%s%s) "
                 "route=[%s]",
                 ctx.api, humanBytes(static_cast<double>(test.bytes())).c_str(), test.seconds(), iters, groups,
-                bigText.c_str(), route.describe().c_str());
+                bigText.c_str(), flushText.c_str(), route.describe().c_str());
 }
 
 namespace {

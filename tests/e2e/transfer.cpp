@@ -105,7 +105,38 @@ bool Engine::tryComplete(Op& op) {
     op.got[i] = sizes[i] == netapi::kUnwrittenSize ? -1 : static_cast<int>(sizes[i]);
   }
   op.request = nullptr;  // freed by the plugin once done
+  if (!op.send) checkFlush(op);
   return true;
+}
+
+// After every completed receive, iflush as NCCL does. Host memory needs no GPUDirect
+// flush, so the plugin must answer with a NULL request — unless NCCL_MESH_FORCE_FLUSH=1,
+// when it must issue the loopback RDMA READ and the request must complete (the READ is
+// ordered after the data it follows, so the data checks that come next still hold).
+void Engine::checkFlush(Op& op) {
+  static const bool forced = [] {
+    const char* v = getenv("NCCL_MESH_FORCE_FLUSH");
+    return v != nullptr && strcmp(v, "1") == 0;
+  }();
+  int sizes[kMaxGroup];
+  for (int i = 0; i < op.n; ++i) sizes[i] = op.got[i] < 0 ? 0 : op.got[i];
+  void* req = nullptr;
+  ctx_.net.check(ctx_.net->iflush(op.comm, op.n, op.data, sizes, op.mh, &req), "iflush", op.label);
+  bool anyData = false;
+  for (int i = 0; i < op.n; ++i) anyData = anyData || sizes[i] > 0;
+  if (!forced || !anyData) {
+    if (req != nullptr) throw Failure(format("%s: iflush of host memory returned a request", op.label.c_str()));
+    return;
+  }
+  if (req == nullptr) throw Failure(format("%s: NCCL_MESH_FORCE_FLUSH=1 but iflush returned no request", op.label.c_str()));
+  ++flushes_;
+  Deadline flushDeadline(30.0, "flush");
+  int done = 0;
+  while (!done) {
+    size_t ignored[kMaxGroup];
+    ctx_.net.check(ctx_.net->test(req, &done, ignored, 0), "test(flush)", op.label);
+    if (!done && flushDeadline.expired()) throw Failure(format("%s: flush did not complete in 30 s", op.label.c_str()));
+  }
 }
 
 std::string Engine::pendingSummary(const std::vector<Op>& ops) const {

@@ -84,10 +84,15 @@ class Engine {
   // 1 posted, 0 not yet (NULL request), -1 error (thrown unless `rc` is non-NULL).
   int tryPost(Op& op, ncclResult_t* rc = nullptr);
   bool tryComplete(Op& op);
+  void checkFlush(Op& op);
   std::string pendingSummary(const std::vector<Op>& ops) const;
 
   Context& ctx_;
   std::mt19937 rng_;
+  long flushes_ = 0;  // GPUDirect-style flushes issued and completed
+
+ public:
+  long flushes() const { return flushes_; }
 };
 
 // --- data patterns ------------------------------------------------------------------------
