@@ -33,8 +33,8 @@ struct PendingConnects {
 };
 
 PendingConnects& pendingConnects() {
-  static PendingConnects* p = new PendingConnects();  // outlives every comm; tiny
-  return *p;
+  static PendingConnects p;  // destroyed when the library is unloaded
+  return p;
 }
 
 // Every comm handed to NCCL, with its kind, so a double close or a close through the wrong
@@ -46,8 +46,8 @@ struct LiveComms {
 };
 
 LiveComms& liveComms() {
-  static LiveComms* l = new LiveComms();
-  return *l;
+  static LiveComms l;
+  return l;
 }
 
 void remember(const void* comm, CommKind kind) {
