@@ -3,6 +3,7 @@
 // apart. A row's parse leaves Config untouched when it rejects a value, which is what
 // makes "bad value → default" hold without a second copy of the defaults.
 #include "mesh/config.h"
+#include "mesh/text.h"
 
 #include <cctype>
 #include <charconv>
@@ -23,14 +24,6 @@ struct Setting {
   std::function<bool(const std::string& text, Config* config)> parse;
   std::function<std::string(const Config& config)> format;
 };
-
-std::string trim(const std::string& s) {
-  size_t b = 0;
-  size_t e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

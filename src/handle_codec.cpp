@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "mesh/ipv4.h"
+#include "mesh/wire.h"
 
 namespace mesh {
 
@@ -21,16 +22,6 @@ constexpr size_t kOffFlags = 17;
 constexpr size_t kOffReserved = 18;
 static_assert(kOffReserved + 2 == kHandleHeaderSize, "header fields must tile the header");
 static_assert(kHandleAddressSize == 4 + 1 + 1, "address: ipv4, prefixLen, nic");
-
-void putLe(uint8_t* p, uint64_t value, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(value >> (8 * i));
-}
-
-uint64_t getLe(const uint8_t* p, size_t bytes) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < bytes; ++i) value |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return value;
-}
 
 void setError(std::string* error, std::string msg) {
   if (error) *error = std::move(msg);

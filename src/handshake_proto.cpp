@@ -3,6 +3,7 @@
 // before it sizes anything, and the whole message length is validated against the counts
 // before a single body byte is read. Built standalone into the fuzzer: only include/.
 #include "mesh/handshake_proto.h"
+#include "mesh/wire.h"
 
 #include <utility>
 
@@ -55,16 +56,6 @@ constexpr uint8_t kMinMtu = 1;              // IBV_MTU_256
 constexpr uint8_t kMaxMtu = 5;              // IBV_MTU_4096
 constexpr uint8_t kMaxPrefixLen = 32;       // IPv4
 constexpr size_t kMaxRejectMessage = kHsHeaderSize + kHsMaxReason;
-
-void putLe(uint8_t* p, uint64_t value, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(value >> (8 * i));
-}
-
-uint64_t getLe(const uint8_t* p, size_t bytes) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < bytes; ++i) value |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return value;
-}
 
 bool fail(std::string* error, std::string msg) {
   if (error) *error = "handshake: " + std::move(msg);

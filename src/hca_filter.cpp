@@ -1,6 +1,7 @@
 // NCCL_MESH_HCA parsing and matching, with NCCL_IB_HCA's semantics so that users can
 // copy a value they already use with NCCL's own IB transport.
 #include "mesh/hca_filter.h"
+#include "mesh/text.h"
 
 #include <cctype>
 
@@ -10,14 +11,6 @@ namespace {
 
 // IB port numbers are 8-bit and start at 1.
 constexpr int kMaxPort = 255;
-
-std::string trim(const std::string& s) {
-  size_t b = 0;
-  size_t e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 // "1".."255" only: a typo such as "mlx5_0:l" must not silently widen to every port.
 bool parsePort(const std::string& text, int* port) {
