@@ -66,16 +66,19 @@ ncclResult_t forget(const void* comm, CommKind kind, const char* what) {
   return ncclSuccess;
 }
 
-ncclResult_t handshaker(Handshaker** out) {
-  Handshaker* hs = Plugin::instance().handshaker();
-  MESH_REQUIRE(hs != nullptr, ncclInvalidUsage, "no mesh device (init found no usable RDMA port)");
-  *out = hs;
+// The connection machinery of NCCL device `dev`, once the node has a mesh device and `dev`
+// is one of them.
+ncclResult_t handshakerFor(int dev, Handshaker** out) {
+  MESH_REQUIRE(Plugin::instance().handshaker() != nullptr, ncclInvalidUsage,
+               "no mesh device (init found no usable RDMA port)");
+  const NetDevice* d = nullptr;
+  MESH_CHECK(Plugin::instance().device(dev, &d));
+  *out = Plugin::instance().handshakerFor(dev);
   return ncclSuccess;
 }
 
-ncclResult_t startConnect(int dev, const Handle& handle, const ConnOptions& opts,
+ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const ConnOptions& opts,
                           std::shared_ptr<Connector>* out) {
-  Handshaker* hs = Plugin::instance().handshakerFor(dev);
   std::vector<LocalNic> nics = Plugin::instance().transport(dev)->localNics();
   RouteResult route = routeToPeer(nics, handle.addrs);
   if (!route.ok()) {
@@ -90,10 +93,7 @@ ncclResult_t startConnect(int dev, const Handle& handle, const ConnOptions& opts
 
 ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
   Handshaker* hs = nullptr;
-  MESH_CHECK(handshaker(&hs));
-  const NetDevice* d = nullptr;
-  MESH_CHECK(Plugin::instance().device(dev, &d));
-  hs = Plugin::instance().handshakerFor(dev);
+  MESH_CHECK(handshakerFor(dev, &hs));
   auto lc = std::make_unique<ListenComm>();
   lc->dev = dev;
   Handle h;
@@ -114,9 +114,7 @@ ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
 ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm** out) {
   *out = nullptr;
   Handshaker* hs = nullptr;
-  MESH_CHECK(handshaker(&hs));
-  const NetDevice* d = nullptr;
-  MESH_CHECK(Plugin::instance().device(dev, &d));
+  MESH_CHECK(handshakerFor(dev, &hs));
   Handle h;
   std::string error;
   if (!decodeHandle(static_cast<const uint8_t*>(handle), kHandleSize, &h, &error)) {
@@ -131,12 +129,12 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
     if (it != pc.byHandle.end() && it->second.token == h.token) connector = it->second.connector;
   }
   if (connector == nullptr) {
-    MESH_CHECK(startConnect(dev, h, opts, &connector));
+    MESH_CHECK(startConnect(hs, dev, h, opts, &connector));
     std::lock_guard<std::mutex> lock(pc.mutex);
     pc.byHandle[handle] = {h.token, connector};
   }
   std::unique_ptr<PreparedConn> conn;
-  ncclResult_t r = Plugin::instance().handshakerFor(dev)->pollConnect(connector.get(), &conn);
+  ncclResult_t r = hs->pollConnect(connector.get(), &conn);
   if (r != ncclSuccess || conn != nullptr) {
     std::lock_guard<std::mutex> lock(pc.mutex);
     pc.byHandle.erase(handle);
