@@ -211,6 +211,12 @@ ncclResult_t Comm::postBatch(int q, int count) {
   return ncclSuccess;
 }
 
+void Comm::returnCredits(int q) {
+  Qp& qp = qps_[q];
+  qp.credits += qp.batches[qp.batchHead];
+  qp.batchHead = (qp.batchHead + 1) % kSendQueueDepth;
+}
+
 void Comm::fail(const std::string& why, ncclResult_t code) {
   if (failure_ != ncclSuccess) return;
   failure_ = code;

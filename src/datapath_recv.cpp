@@ -144,12 +144,9 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MrHandle* co
 void RecvComm::onCompletion(const ibv_wc& wc) {
   WrId id = decodeWrId(wc.wr_id);
   switch (id.kind) {
-    case WrKind::Ctrl: {
-      Qp& qp = qps_[0];
-      qp.credits += qp.batches[qp.batchHead];
-      qp.batchHead = (qp.batchHead + 1) % kSendQueueDepth;
+    case WrKind::Ctrl:
+      returnCredits(0);
       return;
-    }
     case WrKind::Flush: {
       ++flushCredits_;
       Request& r = reqs_[id.index % kRequestPool];

@@ -180,9 +180,7 @@ ncclResult_t SendComm::pump() {
 void SendComm::onCompletion(const ibv_wc& wc) {
   WrId id = decodeWrId(wc.wr_id);
   if (id.qp >= nqps_) return;
-  Qp& qp = qps_[id.qp];
-  qp.credits += qp.batches[qp.batchHead];
-  qp.batchHead = (qp.batchHead + 1) % kSendQueueDepth;
+  returnCredits(id.qp);
   if (id.kind == WrKind::SendFinal) {
     Group& g = groups_[id.index % kFifoDepth];
     if (--g.pendingQps == 0) {

@@ -152,6 +152,8 @@ class Comm : public PreparedConn {
   ncclResult_t progress();
   ncclResult_t health(const Request* waiting) const;
   ncclResult_t postBatch(int q, int count);
+  // A signaled batch on QP q completed: its WRs' send-queue slots are free again.
+  void returnCredits(int q);
   void fail(const std::string& why, ncclResult_t code);
   virtual void onCompletion(const ibv_wc& wc) = 0;
   ncclResult_t completionError(const ibv_wc& wc);
