@@ -253,13 +253,7 @@ void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
 
 void onReady(Handshaker* hs, const std::shared_ptr<Listener>& l,
              const std::shared_ptr<PendingAccept>& pa) {
-  auto control = std::make_shared<ControlLink>();
-  hs->reactor()->unwatch(pa->fd);
-  control->fd = pa->fd;
-  pa->fd = -1;
-  pa->conn->control = control;
-  pa->conn->peer = pa->peer;
-  hs->watchControl(control, pa->peer);
+  hs->adoptControl(&pa->fd, pa->conn.get(), pa->peer);
   {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->ready.push_back(std::move(pa->conn));
@@ -417,13 +411,7 @@ void finishConnect(Handshaker* hs, Connector* c, const std::string& error, ncclR
     c->state.store(Connector::kFailed, std::memory_order_release);
     return;
   }
-  auto control = std::make_shared<ControlLink>();
-  hs->reactor()->unwatch(c->fd);
-  control->fd = c->fd;
-  c->fd = -1;
-  c->conn->control = control;
-  c->conn->peer = c->peer;
-  hs->watchControl(control, c->peer);
+  hs->adoptControl(&c->fd, c->conn.get(), c->peer);
   c->result = std::move(c->conn);
   c->state.store(Connector::kReady, std::memory_order_release);
 }
@@ -622,7 +610,13 @@ void Handshaker::abandonConnect(std::shared_ptr<Connector> c) {
   if (!reactor_->post(cancel)) c->conn.reset();
 }
 
-void Handshaker::watchControl(const std::shared_ptr<ControlLink>& control, const std::string& peer) {
+void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& peer) {
+  reactor_->unwatch(*fd);  // the handshake's handler lets go of the socket
+  auto control = std::make_shared<ControlLink>();
+  control->fd = *fd;
+  *fd = -1;
+  conn->control = control;
+  conn->peer = peer;
   std::weak_ptr<ControlLink> weak = control;
   reactor_->watch(control->fd, EPOLLIN | EPOLLRDHUP, [this, weak, peer](uint32_t) {
     auto link = weak.lock();

@@ -63,7 +63,9 @@ class Handshaker {
   Reactor* reactor() const { return reactor_; }
   Transport* transport() const { return transport_; }
   const HandshakeSettings& settings() const { return settings_; }
-  void watchControl(const std::shared_ptr<ControlLink>& control, const std::string& peer);
+  // A finished handshake's socket becomes the connection's control link: watched for the
+  // peer closing it, owned by conn->control (*fd is taken, set to -1).
+  void adoptControl(int* fd, PreparedConn* conn, const std::string& peer);
 
  private:
   Reactor* reactor_;
