@@ -4,6 +4,7 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -38,7 +39,16 @@ ncclResult_t CompletionQueue::create(const VerbsDevice* dev, int entries) {
   if (cqe > dev->attr().max_cqe) cqe = dev->attr().max_cqe;
   cq_ = dev->api().createCq(dev->context(), cqe, nullptr, nullptr, 0);
   if (cq_ == nullptr) {
-    MESH_WARN("ibv_create_cq(%s, %d entries) failed: %s", dev->name().c_str(), cqe, strerror(errno));
+    int e = errno;
+    char hint[200] = "";
+    if (e == ENOMEM) {
+      snprintf(hint, sizeof(hint),
+               "; the device's CQ limit (max_cq %d, max_cqe %d) or locked memory may be "
+               "exhausted: check `rdma res show cq` and `ulimit -l`",
+               dev->attr().max_cq, dev->attr().max_cqe);
+    }
+    MESH_WARN("ibv_create_cq(%s, %d entries) failed: %s (errno %d)%s", dev->name().c_str(), cqe,
+              strerror(e), e, hint);
     return ncclSystemError;
   }
   entries_ = cqe;
@@ -80,10 +90,18 @@ ncclResult_t QueuePair::create(const VerbsDevice* dev, int port, ibv_cq* cq, con
   qp_ = dev->api().createQp(dev->pd(), &init);
   if (qp_ == nullptr) {
     int e = errno;
+    char hint[240] = "";
+    if (e == ENOMEM) {
+      snprintf(hint, sizeof(hint),
+               "; the device's QP limit (max_qp %d) or locked memory may be exhausted: check "
+               "`rdma res show qp` and `ulimit -l`, or lower NCCL_MESH_QPS_PER_CONN",
+               dev->attr().max_qp);
+    } else if (e == EINVAL) {
+      snprintf(hint, sizeof(hint), "; %d send / %d recv WRs may exceed the device's max_qp_wr %d",
+               caps.maxSendWr, caps.maxRecvWr, dev->attr().max_qp_wr);
+    }
     MESH_WARN("ibv_create_qp on %s:%d failed: %s (errno %d)%s", dev->name().c_str(), port,
-              strerror(e), e,
-              e == ENOMEM ? "; too many QPs or WRs for the device: lower NCCL_MESH_QPS_PER_CONN"
-                          : "");
+              strerror(e), e, hint);
     return ncclSystemError;
   }
   psn_ = randomPsn();
