@@ -3,6 +3,7 @@
 // read is bounds-checked (this file is fuzzed; it must build with only include/).
 #include "mesh/handle_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -154,6 +155,16 @@ bool decodeHandle(const uint8_t* in, size_t len, Handle* out, std::string* error
       return false;
     }
     h.addrs.push_back(a);
+  }
+  // encodeHandle zeroes the tail: a non-zero byte there is corruption in transit (NCCL
+  // copies the handle verbatim), caught here instead of connecting on a damaged handle.
+  for (size_t i = need; i < std::min(len, kHandleSize); ++i) {
+    if (in[i] != 0) {
+      setError(error, "listen handle has a non-zero byte at offset " + std::to_string(i) +
+                          ", after its last address: the handle was damaged on the way from "
+                          "the listening rank");
+      return false;
+    }
   }
   if (out) *out = std::move(h);
   return true;

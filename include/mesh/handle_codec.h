@@ -51,7 +51,8 @@ struct Handle {
 // act on, when there are no addresses, more than kHandleMaxAddresses, or a prefix > 32.
 bool encodeHandle(const Handle& handle, uint8_t* out, std::string* error);
 // Reads a handle from len bytes. Rejects bad magic, unknown version, count 0 or above the
-// maximum, non-zero flags/reserved, prefix > 32, and truncation, with a message.
+// maximum, non-zero flags/reserved, prefix > 32, a non-zero byte after the last address,
+// and truncation, with a message.
 // Never reads beyond in[len).
 bool decodeHandle(const uint8_t* in, size_t len, Handle* out, std::string* error);
 

@@ -194,12 +194,26 @@ TEST(HandleCodec, TruncationMessageSaysWhatWasNeeded) {
             std::string::npos);
 }
 
-TEST(HandleCodec, DecodeIgnoresBytesAfterTheAddresses) {
+TEST(HandleCodec, DecodeRejectsDamageInTheUnusedTail) {
+  // NCCL copies the 128 bytes verbatim and encode zeroes the tail, so a non-zero byte
+  // after the last address is damage: every such position is caught.
   Handle in = sampleHandle(2);
   Bytes b = encodeOk(in);
-  b[kHandleSize - 1] = 0x5A;  // a future version may use the tail
+  size_t tail = kHandleHeaderSize + 2 * kHandleAddressSize;
+  for (size_t i = tail; i < kHandleSize; ++i) {
+    Bytes bad = b;
+    bad[i] = 0x5A;
+    std::string error;
+    EXPECT_FALSE(decodeHandle(bad.data(), bad.size(), nullptr, &error)) << "offset " << i;
+    EXPECT_NE(error.find("offset " + std::to_string(i)), std::string::npos) << error;
+  }
+}
+
+TEST(HandleCodec, DecodeIgnoresBytesBeyondTheHandleSize) {
+  Handle in = sampleHandle(2);
+  Bytes b = encodeOk(in);
   std::vector<uint8_t> longer(b.begin(), b.end());
-  longer.resize(300, 0xFF);
+  longer.resize(300, 0xFF);  // not the handle's: NCCL's buffer may be larger
   Handle out;
   std::string error;
   ASSERT_TRUE(decodeHandle(longer.data(), longer.size(), &out, &error)) << error;
