@@ -294,12 +294,25 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
     return ncclSuccess;
   }
   if (r != ncclSuccess) return r;
-  if (peerGone) {
-    fail("the peer closed its connection (process exited or was killed) with a request pending",
-         ncclRemoteError);
-    return failure_;
-  }
+  if (peerGone) return checkPeer("with a request pending");
   return ncclSuccess;
+}
+
+ncclResult_t Comm::checkPeer(const char* doing) {
+  if (failure_ != ncclSuccess) return failure_;
+  if (control == nullptr || !control->closed.load(std::memory_order_acquire)) return ncclSuccess;
+  int err = control->error.load(std::memory_order_relaxed);
+  std::string why;
+  if (err == 0) {
+    why = "the peer closed its connection (process exited or was killed) ";
+  } else if (err == ETIMEDOUT) {
+    why = "the peer stopped answering on its connection (no TCP keepalive reply within "
+          "NCCL_MESH_PEER_TIMEOUT_MS: host down, link down or cable pulled) ";
+  } else {
+    why = std::string("the connection to the peer failed (") + strerror(err) + ") ";
+  }
+  fail(why + doing, ncclRemoteError);
+  return failure_;
 }
 
 void Comm::close() {

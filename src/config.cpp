@@ -229,6 +229,11 @@ std::vector<Setting> buildTable() {
                  "How long a connection may wait for the peer's handshake before it "
                  "fails, in milliseconds (100..3600000)",
                  &Config::connectTimeoutMs, 100, 3600000),
+      intSetting("NCCL_MESH_PEER_TIMEOUT_MS", "30000",
+                 "How long an established connection's peer may stay silent (TCP "
+                 "keepalive unanswered: host down, link down) before its comms fail, in "
+                 "milliseconds (0..3600000; 0 = never; below 1000 counts as 1000)",
+                 &Config::peerTimeoutMs, 0, 3600000),
       intSetting("NCCL_MESH_IB_TIMEOUT", "20",
                  "QP ACK timeout exponent: 4.096 us * 2^n (1..31), as NCCL_IB_TIMEOUT",
                  &Config::ibTimeout, 1, 31),

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -610,6 +611,31 @@ void Handshaker::abandonConnect(std::shared_ptr<Connector> c) {
   if (!reactor_->post(cancel)) c->conn.reset();
 }
 
+namespace {
+// A peer that vanishes without closing its socket (host down, link down, cable pulled) sends
+// no FIN: TCP keepalive turns its silence into ETIMEDOUT after about `timeoutMs`. Probing
+// starts after half of it, then four probes share the rest; TCP_USER_TIMEOUT bounds the
+// whole wait (and any unacknowledged data). 0 disables it; the floor is 1 s. Best effort:
+// a failure is logged.
+void armKeepalive(int fd, int timeoutMs, const std::string& peer) {
+  if (timeoutMs <= 0) return;
+  timeoutMs = std::max(timeoutMs, 1000);  // keepalive counts whole seconds
+  int on = 1;
+  int idle = std::max(1, timeoutMs / 2000);
+  int count = 4;
+  int interval = std::max(1, timeoutMs / 2000 / count);
+  unsigned user = static_cast<unsigned>(timeoutMs);
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user)) != 0) {
+    MESH_WARN("cannot enable keepalive on the connection to %s: %s; a silently vanished peer "
+              "is then only detected through its QPs", peer.c_str(), strerror(errno));
+  }
+}
+}  // namespace
+
 void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& peer) {
   reactor_->unwatch(*fd);  // the handshake's handler lets go of the socket
   auto control = std::make_shared<ControlLink>();
@@ -617,6 +643,7 @@ void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& pe
   *fd = -1;
   conn->control = control;
   conn->peer = peer;
+  armKeepalive(control->fd, settings_.peerTimeoutMs, peer);
   std::weak_ptr<ControlLink> weak = control;
   reactor_->watch(control->fd, EPOLLIN | EPOLLRDHUP, [this, weak, peer](uint32_t) {
     auto link = weak.lock();
@@ -624,8 +651,15 @@ void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& pe
     char buf[64];
     ssize_t n = recv(link->fd, buf, sizeof(buf), 0);
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;  // nothing is expected; ignore
-    MESH_INFO(NCCL_NET, "peer %s closed its control connection", peer.c_str());
+    int err = n < 0 ? errno : 0;
+    if (err == 0) {
+      MESH_INFO(NCCL_NET, "peer %s closed its control connection", peer.c_str());
+    } else {
+      MESH_WARN("control connection to %s failed: %s%s", peer.c_str(), strerror(err),
+                err == ETIMEDOUT ? " (no keepalive reply within NCCL_MESH_PEER_TIMEOUT_MS)" : "");
+    }
     closeFd(reactor_, &link->fd);
+    link->error.store(err, std::memory_order_relaxed);
     link->closed.store(true, std::memory_order_release);
   });
 }

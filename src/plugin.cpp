@@ -148,6 +148,7 @@ void Plugin::buildConnectionMachinery() {
   registry_ = std::make_unique<MrRegistry>(std::move(registrars));
   HandshakeSettings hs;
   hs.timeoutMs = config_.connectTimeoutMs;
+  hs.peerTimeoutMs = config_.peerTimeoutMs;
   hs.listenAny = config_.listenAddr == "any";
   hs.portMin = config_.portMin;
   hs.portMax = config_.portMax;

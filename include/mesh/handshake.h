@@ -30,6 +30,7 @@ struct HandshakeSettings {
   int portMin = 0;             // 0: ephemeral ports
   int portMax = 0;
   size_t maxPending = 256;     // unauthenticated sockets per listener; the oldest is evicted beyond
+  int peerTimeoutMs = 30000;   // keepalive on established connections; 0: off
 };
 
 class Listener;

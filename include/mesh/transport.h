@@ -19,6 +19,9 @@ namespace mesh {
 // of waiting on RDMA retries. Written by the reactor, read by NCCL's thread (atomic).
 struct ControlLink {
   std::atomic<bool> closed{false};
+  // Why it closed (set before `closed`): 0 = the peer closed it (process exited or was
+  // killed), else the socket error, e.g. ETIMEDOUT when keepalive got no answer.
+  std::atomic<int> error{0};
   int fd = -1;  // reactor thread only
 };
 

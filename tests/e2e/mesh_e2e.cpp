@@ -31,8 +31,9 @@ const ScenarioInfo kScenarios[] = {
      "[--diag-timeout 60]    4-node ring: rank 0 -> rank 2 must fail with the routing error"},
     {"cycles", runCycles, {"count", "check-at"},
      "[--count 200] [--check-at 10]  2 nodes: listen/connect/exchange/close cycles, leak check"},
-    {"dead-peer", runDeadPeer, {"mode", "bound", "margin"},
-     "--mode never-accept|listener-dies|peer-killed [--bound S] [--margin 20]  2 nodes"},
+    {"dead-peer", runDeadPeer, {"mode", "bound", "margin", "size"},
+     "--mode never-accept|listener-dies|peer-killed|idle|mid-send [--bound S] [--margin 20]\n"
+     "                  [--size 64M]  2 nodes: rank 1 dies, rank 0 must get errors in bounded time"},
     {"pair", runPair, {"iters", "groups", "big"},
      "[--iters 2] [--groups 4] [--big 0]  2 nodes: sizes, 32 outstanding, grouped, short, one big"},
     {"allreduce", runAllreduce, {"pairs", "count", "iters"},

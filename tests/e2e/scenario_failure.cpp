@@ -1,7 +1,8 @@
-// Failure scenarios: a peer that never accepts, dies while listening, or is killed with a
-// receive posted (dead-peer); comms closed with requests in flight (close-inflight).
-// In every case the surviving rank must get an error in bounded time, never hang, and
-// stay usable.
+// Failure scenarios: a peer that never accepts, dies while listening, is killed with a
+// receive posted, while the comms are idle, or while this rank's send is on the wire
+// (dead-peer); comms closed with requests in flight (close-inflight). In every case the
+// surviving rank must get an error in bounded time, never hang, release everything when it
+// closes the failed comms, and stay usable.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +39,7 @@ double connectTimeoutSeconds() {
 }
 
 bool isPeerFailure(ncclResult_t rc) { return rc == ncclRemoteError || rc == ncclSystemError; }
+void requireReleased(const Snapshot& base, const std::string& mode);
 
 // A fresh listen/closeListen: the plugin still works after the failure.
 void checkHealthy(Context& ctx, const std::string& after) {
@@ -91,6 +93,7 @@ std::string connectMustFail(Context& ctx, const std::string& mode, double bound)
 
 // peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.
 std::string receiveMustFail(Context& ctx, double bound) {
+  Snapshot base = stableSnapshot(5);
   CommTable t = establish(ctx, {{}, {1}, 1, "dead"}, ctx.deadline);
   void* recvComm = t[1].recv[0];
   HostBuffer buf(4096);
@@ -145,9 +148,184 @@ std::string receiveMustFail(Context& ctx, double bound) {
   setPhase("peer-killed: closing the broken comm");
   deregHost(ctx, recvComm, mh, "peer-killed recv buffer (after the error)");
   closeAll(ctx, t);
+  requireReleased(base, "peer-killed");
   checkHealthy(ctx, "after the dead peer");
-  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f", resultName(rc),
+  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f released", resultName(rc),
                 errorAfter, bound);
+}
+
+// After closing the failed comms, fds and RDMA objects must be back where they were before
+// the comms were set up.
+void requireReleased(const Snapshot& base, const std::string& mode) {
+  Snapshot now;
+  std::string leak = compareToBaseline(base, 10, &now);
+  if (!leak.empty()) {
+    fail("%s: closing the failed comms did not release everything: %s (before: %s; after: %s)",
+         mode.c_str(), leak.c_str(), base.describe().c_str(), now.describe().c_str());
+  }
+}
+
+// Polls test() on `req` until it fails; fails the scenario if it completes or outlives
+// `bound` seconds from t0. Returns the error.
+ncclResult_t testUntilError(Context& ctx, void* req, const std::string& what, Clock::time_point t0,
+                            double bound) {
+  long calls = 0;
+  while (true) {
+    int done = 0;
+    size_t got[1] = {0};
+    ncclResult_t rc = ctx.net->test(req, &done, got, 1);
+    ++calls;
+    if (rc != ncclSuccess) return rc;
+    if (done) fail("%s COMPLETED (%zu bytes) although the peer died", what.c_str(), got[0]);
+    if (secondsSince(t0) > bound) {
+      fail("%s: test() still reports 'not done' %.1f s after the peer died (%ld calls); a dead "
+           "peer must turn into ncclRemoteError/ncclSystemError", what.c_str(), bound, calls);
+    }
+    pollPause(1000);
+  }
+}
+
+void requirePeerFailure(Context& ctx, ncclResult_t rc, const std::string& what, double after) {
+  if (!isPeerFailure(rc)) {
+    fail("%s failed with %s after %.2f s; expected ncclRemoteError or ncclSystemError (last "
+         "WARN: %s)", what.c_str(), resultName(rc), after, ctx.net.lastWarn().c_str());
+  }
+}
+
+// idle, rank 0: comms both ways, proven with one exchange, then idle while rank 1 is
+// SIGKILLed. The next isend (which can never get a FIFO slot) and the next receive must
+// fail within `bound` of rank 1 announcing its death.
+std::string idleMustFail(Context& ctx, double bound) {
+  Snapshot base = stableSnapshot(5);
+  CommTable t = establish(ctx, {{1}, {1}, 1, "idle"}, ctx.deadline);
+  void* sendComm = t[1].send[0];
+  void* recvComm = t[1].recv[0];
+  exchangeSmall(ctx, 1, sendComm, recvComm, 1, "idle: before rank 1 dies");
+  HostBuffer out(4096), in(4096);
+  void* mhOut = regHost(ctx, sendComm, out, "idle send buffer");
+  void* mhIn = regHost(ctx, recvComm, in, "idle recv buffer");
+  ctx.rv->publish("idle.0", "");
+  ctx.rv->fetch("dying.1", ctx.deadline, "rank 1 announcing its death");
+  Clock::time_point t0 = Clock::now();
+  setPhase(format("idle: isend to the dead rank 1 (must fail within %.0f s)", bound));
+  ncclResult_t rc = ncclSuccess;
+  void* req = nullptr;
+  long calls = 0;
+  while (rc == ncclSuccess) {
+    rc = ctx.net->isend(sendComm, out.data(), 8, 3, mhOut, &req);
+    ++calls;
+    if (req != nullptr) {
+      fail("idle: isend to the dead rank 1 returned a request after %.2f s (%ld calls): no "
+           "receive was ever posted for it", secondsSince(t0), calls);
+    }
+    if (rc == ncclSuccess && secondsSince(t0) > bound) {
+      fail("idle: isend to the dead rank 1 still returns 'not yet' after %.1f s (%ld calls); NCCL "
+           "would retry it forever", bound, calls);
+    }
+    if (rc == ncclSuccess) pollPause(1000);
+  }
+  double sendAfter = secondsSince(t0);
+  requirePeerFailure(ctx, rc, "idle: isend to the dead rank 1", sendAfter);
+  std::string sendWarn = ctx.net.lastWarn();
+  setPhase("idle: irecv from the dead rank 1");
+  void* data[1] = {in.data()};
+  size_t sizes[1] = {4096};
+  int tags[1] = {3};
+  void* mhs[1] = {mhIn};
+  req = nullptr;
+  rc = ncclSuccess;
+  while (rc == ncclSuccess && req == nullptr) {
+    rc = ctx.net->irecv(recvComm, 1, data, sizes, tags, mhs, &req);
+    if (rc == ncclSuccess && req == nullptr) {
+      if (secondsSince(t0) > bound) fail("idle: irecv from the dead rank 1 kept returning 'not yet'");
+      pollPause(1000);
+    }
+  }
+  if (rc == ncclSuccess) rc = testUntilError(ctx, req, "idle: the receive from the dead rank 1", t0, bound);
+  double recvAfter = secondsSince(t0);
+  requirePeerFailure(ctx, rc, "idle: the receive from the dead rank 1", recvAfter);
+  say("idle: isend failed with %s after %.3f s, the receive after %.3f s (bound %.0f s); WARN: %s",
+      resultName(rc), sendAfter, recvAfter, bound, sendWarn.c_str());
+  setPhase("idle: closing the failed comms");
+  deregHost(ctx, sendComm, mhOut, "idle send buffer (after the error)");
+  deregHost(ctx, recvComm, mhIn, "idle recv buffer (after the error)");
+  closeAll(ctx, t);
+  requireReleased(base, "idle");
+  checkHealthy(ctx, "after the dead peer");
+  return format("mode=idle isend_error=%s isend_error_after_s=%.3f recv_error_after_s=%.3f bound_s=%.0f released",
+                resultName(rc), sendAfter, recvAfter, bound);
+}
+
+[[noreturn]] void idleVictim(Context& ctx) {
+  CommTable t = establish(ctx, {{0}, {0}, 1, "idle"}, ctx.deadline);
+  exchangeSmall(ctx, 0, t[0].send[0], t[0].recv[0], 1, "idle: before rank 1 dies");
+  ctx.rv->fetch("idle.0", ctx.deadline, "rank 0 going idle");
+  ctx.rv->publish("dying.1", "");
+  say("idle: comms are idle; SIGKILLing myself now");
+  dieAsPlanned(true);
+}
+
+// mid-send, rank 0: sending one large message into rank 1's posted receive when rank 1 is
+// SIGKILLed; test() on the send must fail.
+std::string sendMustFail(Context& ctx, size_t size, double bound) {
+  Snapshot base = stableSnapshot(5);
+  CommTable t = establish(ctx, {{1}, {}, 1, "midsend"}, ctx.deadline);
+  void* sendComm = t[1].send[0];
+  HostBuffer out(size);
+  fillPattern(out.data(), size, 5);
+  void* mh = regHost(ctx, sendComm, out, "mid-send buffer");
+  ctx.rv->fetch("posted.1", ctx.deadline, "rank 1 posting its receive");
+  setPhase("mid-send: posting the send");
+  void* req = nullptr;
+  Deadline postBy(30, "posting the isend");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->isend(sendComm, out.data(), size, 4, mh, &req), "isend",
+                  "mid-send: isend rank0->rank1");
+    if (req == nullptr && postBy.expired()) fail("mid-send: isend kept returning a NULL request for 30 s");
+    if (req == nullptr) pollPause(1000);
+  }
+  int done = 0;
+  size_t got[1];
+  ctx.net.check(ctx.net->test(req, &done, got, 1), "test", "mid-send: first test of the send");
+  if (done) fail("mid-send: the %s send completed at once; use a larger --size", humanBytes(size).c_str());
+  ctx.rv->publish("sending.0", "");
+  Clock::time_point t0 = Clock::now();
+  setPhase(format("mid-send: testing the send rank 1 dies under (must fail within %.0f s)", bound));
+  ncclResult_t rc = testUntilError(ctx, req, "mid-send: the send to the dead rank 1 (use a larger --size if it won the race)", t0, bound);
+  double errorAfter = secondsSince(t0);
+  requirePeerFailure(ctx, rc, "mid-send: test() on the send", errorAfter);
+  say("mid-send: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s",
+      resultName(rc), errorAfter, bound, ctx.net.lastWarn().c_str());
+  setPhase("mid-send: closing the broken comm");
+  deregHost(ctx, sendComm, mh, "mid-send buffer (after the error)");
+  closeAll(ctx, t);
+  requireReleased(base, "mid-send");
+  checkHealthy(ctx, "after the dead peer");
+  return format("mode=mid-send size=%zu test_error=%s error_after_s=%.3f bound_s=%.0f released", size,
+                resultName(rc), errorAfter, bound);
+}
+
+[[noreturn]] void midSendVictim(Context& ctx, size_t size) {
+  CommTable t = establish(ctx, {{}, {0}, 1, "midsend"}, ctx.deadline);
+  void* recvComm = t[0].recv[0];
+  HostBuffer in(size);
+  void* mh = regHost(ctx, recvComm, in, "mid-send receive buffer");
+  void* data[1] = {in.data()};
+  size_t sizes[1] = {size};
+  int tags[1] = {4};
+  void* mhs[1] = {mh};
+  void* req = nullptr;
+  Deadline postBy(30, "posting the irecv");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->irecv(recvComm, 1, data, sizes, tags, mhs, &req), "irecv",
+                  "mid-send: irecv rank1<-rank0");
+    if (req == nullptr && postBy.expired()) fail("mid-send: irecv kept returning a NULL request for 30 s");
+    if (req == nullptr) pollPause(1000);
+  }
+  ctx.rv->publish("posted.1", "");
+  ctx.rv->fetch("sending.0", ctx.deadline, "rank 0 sending");
+  say("mid-send: rank 0's send is on the wire; SIGKILLing myself now");
+  dieAsPlanned(true);
 }
 
 [[noreturn]] void peerKilledVictim(Context& ctx) {
@@ -216,7 +394,8 @@ void setDeadPeerReportFd(int fd) { gReportFd = fd; }
 
 bool deadPeerNeedsGuard(const Options& opts, int rank) {
   std::string mode = opts.str("mode", "");
-  return rank == 1 && (mode == "listener-dies" || mode == "peer-killed");
+  return rank == 1 && (mode == "listener-dies" || mode == "peer-killed" || mode == "idle" ||
+                       mode == "mid-send");
 }
 
 int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, double deadlineS) {
@@ -256,20 +435,31 @@ int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, dou
   return 0;
 }
 
-// 2 nodes, --mode never-accept | listener-dies | peer-killed; see the file comment.
+// 2 nodes, --mode never-accept | listener-dies | peer-killed | idle | mid-send (--size, 64M:
+// the message rank 1 dies under); see the file comment.
 std::string runDeadPeer(Context& ctx) {
   requireNodes(ctx, 2);
   std::string mode = ctx.opts.str("mode", "");
   double margin = ctx.opts.real("margin", 20);
   bool connectMode = mode == "never-accept" || mode == "listener-dies";
-  if (!connectMode && mode != "peer-killed") {
-    fail("dead-peer needs --mode never-accept|listener-dies|peer-killed (got '%s')", mode.c_str());
+  if (!connectMode && mode != "peer-killed" && mode != "idle" && mode != "mid-send") {
+    fail("dead-peer needs --mode never-accept|listener-dies|peer-killed|idle|mid-send (got '%s')",
+         mode.c_str());
   }
   double bound = ctx.opts.real("bound", connectMode ? connectTimeoutSeconds() + margin : 60);
+  size_t size = 0;
+  if (!parseSize(ctx.opts.str("size", "64M"), &size) || size < 1 || size > (size_t{1} << 30)) {
+    fail("--size %s: expected 1..1G bytes", ctx.opts.str("size", "").c_str());
+  }
   if (ctx.rank == 0) {
-    return connectMode ? connectMustFail(ctx, mode, bound) : receiveMustFail(ctx, bound);
+    if (connectMode) return connectMustFail(ctx, mode, bound);
+    if (mode == "idle") return idleMustFail(ctx, bound);
+    if (mode == "mid-send") return sendMustFail(ctx, size, bound);
+    return receiveMustFail(ctx, bound);
   }
   if (mode == "peer-killed") peerKilledVictim(ctx);
+  if (mode == "idle") idleVictim(ctx);
+  if (mode == "mid-send") midSendVictim(ctx, size);
   void* lc = listenAndPublish(ctx, "h.1.0.dead", "rank 1's listener for the dead-peer test");
   if (mode == "listener-dies") {
     ctx.rv->fetch("start.0", ctx.deadline, "rank 0 starting to connect");

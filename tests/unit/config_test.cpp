@@ -151,6 +151,7 @@ TEST(Config, IntegersOutsideTheirRangeFallBackToTheDefault) {
                         Case{"NCCL_MESH_IB_SL", "-1", "0", "15", "16"},
                         Case{"NCCL_MESH_QPS_PER_CONN", "0", "1", "16", "17"},
                         Case{"NCCL_MESH_CONNECT_TIMEOUT_MS", "99", "100", "3600000", "3600001"},
+                        Case{"NCCL_MESH_PEER_TIMEOUT_MS", "-1", "0", "3600000", "3600001"},
                         Case{"NCCL_MESH_GID_INDEX", "-2", "-1", "255", "256"},
                         Case{"NCCL_MESH_SPEED", "-1", "0", "2147483647", "2147483648"}}) {
     EXPECT_NE(warningFor(k.name, k.low), "") << k.name << "=" << k.low;
@@ -317,14 +318,15 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
   }
   for (const char* name :
        {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_HCA", "NCCL_MESH_DEVICES", "NCCL_MESH_SPEED",
-        "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_IB_TIMEOUT",
+        "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_PEER_TIMEOUT_MS",
+        "NCCL_MESH_IB_TIMEOUT",
         "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_SL",
         "NCCL_MESH_IB_MTU", "NCCL_MESH_QPS_PER_CONN", "NCCL_MESH_SPLIT_MIN", "NCCL_MESH_CHUNK_SIZE",
         "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_GDR_FLUSH_DISABLE",
         "NCCL_MESH_FORCE_FLUSH"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 19u);
+  EXPECT_EQ(names.size(), 20u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,6 +84,7 @@ class HandshakeTest : public ::testing::Test {
     HandshakeSettings s;
     s.timeoutMs = 1500;
     s.maxPending = maxPending;
+    s.peerTimeoutMs = 6500;
     hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
   }
   void TearDown() override {
@@ -143,10 +145,25 @@ TEST_F(HandshakeTest, ConnectAndAcceptExchangeQpInfo) {
   EXPECT_EQ(r->remoteQpn, s->qpn);
   ASSERT_NE(s->control, nullptr);
   EXPECT_FALSE(s->control->closed.load());
+  // Both ends keep the socket under keepalive, so a peer that vanishes silently (no FIN)
+  // still fails the comm: probes after 3 s, 4 probes 1 s apart, 6.5 s user timeout.
+  for (FakeConn* c : {s, r}) {
+    int v = 0;
+    socklen_t len = sizeof(v);
+    ASSERT_EQ(getsockopt(c->control->fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len), 0);
+    EXPECT_EQ(v, 1);
+    ASSERT_EQ(getsockopt(c->control->fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+    EXPECT_EQ(v, 3);
+    ASSERT_EQ(getsockopt(c->control->fd, IPPROTO_TCP, TCP_KEEPCNT, &v, &len), 0);
+    EXPECT_EQ(v, 4);
+    ASSERT_EQ(getsockopt(c->control->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &len), 0);
+    EXPECT_EQ(v, 6500);
+  }
   hs_->closeControl(r->control);  // the peer goes away: the sender's control link notices
   auto deadline = Clock::now() + std::chrono::seconds(5);
   while (!s->control->closed.load() && Clock::now() < deadline) std::this_thread::yield();
   EXPECT_TRUE(s->control->closed.load());
+  EXPECT_EQ(s->control->error.load(), 0) << "an orderly close is not a socket error";
   hs_->closeControl(s->control);
   hs_->closeListener(l);
 }
