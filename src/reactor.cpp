@@ -53,15 +53,24 @@ ncclResult_t Reactor::start() {
 
 void Reactor::stop() {
   if (!thread_.joinable()) return;
-  stopping_.store(true, std::memory_order_release);
+  {
+    // Under the lock: a post() either queued its task before this point or is refused.
+    std::lock_guard<std::mutex> lock(tasksMutex_);
+    stopping_.store(true, std::memory_order_release);
+  }
   uint64_t one = 1;
   if (write(wakeFd_, &one, sizeof(one)) < 0) { /* the loop also polls stopping_ */ }
   thread_.join();
   running_.store(false, std::memory_order_release);
+  // Every accepted task runs exactly once: those the loop did not reach run here, on the
+  // stopping thread (the reactor thread is gone). They are mostly closes and teardowns,
+  // posted just before an unload; dropping them leaked their sockets.
+  std::vector<Task> rest;
   {
     std::lock_guard<std::mutex> lock(tasksMutex_);
-    tasks_.clear();
+    rest.swap(tasks_);
   }
+  for (Task& t : rest) t();
   handlers_.clear();
   timers_.clear();
   close(wakeFd_);
@@ -70,9 +79,9 @@ void Reactor::stop() {
 }
 
 bool Reactor::post(Task fn) {
-  if (!running() || stopping_.load(std::memory_order_acquire)) return false;
   {
     std::lock_guard<std::mutex> lock(tasksMutex_);
+    if (!running() || stopping_.load(std::memory_order_acquire)) return false;
     tasks_.push_back(std::move(fn));
   }
   uint64_t one = 1;

@@ -82,5 +82,33 @@ TEST(Reactor, StopIsIdempotentAndRestartable) {
   r.stop();
 }
 
+// post() returning true is a promise that the task runs: tasks still queued when stop()
+// ends the loop run on the stopping thread (they are mostly socket closes before unload).
+TEST(Reactor, EveryAcceptedTaskRunsEvenWhenStopComesFirst) {
+  Reactor r;
+  ASSERT_EQ(r.start(), ncclSuccess);
+  std::promise<void> started, release;
+  std::shared_future<void> released = release.get_future().share();
+  ASSERT_TRUE(r.post([&started, released] {
+    started.set_value();
+    released.wait();  // holds the loop inside this batch
+  }));
+  ASSERT_EQ(started.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  std::atomic<int> ran{0};
+  int accepted = 0;
+  for (int i = 0; i < 100; ++i) accepted += r.post([&ran] { ran.fetch_add(1); });
+  std::thread stopper([&r] { r.stop(); });
+  // Keep posting until stop() has begun refusing; every accepted task must still run.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (r.post([&ran] { ran.fetch_add(1); }) && std::chrono::steady_clock::now() < deadline) ++accepted;
+  bool refused = !r.post([] {});
+  release.set_value();
+  stopper.join();
+  EXPECT_TRUE(refused) << "post() kept accepting tasks after stop() began";
+  EXPECT_EQ(accepted >= 100, true);
+  EXPECT_EQ(ran.load(), accepted);
+  EXPECT_FALSE(r.running());
+}
+
 }  // namespace
 }  // namespace mesh
