@@ -23,6 +23,8 @@ struct Context {
   std::string topology;     // "full", "ring", "line" or "" when unknown
   int linksPerPair = 1;     // parallel cables per pair (VMESH_LINKS)
   unsigned seed = 1;        // --seed: shuffles and patterns
+  std::string pluginPath;   // what load() opens (--plugin), for scenarios that reload it
+  bool verbose = false;     // echo the plugin's INFO lines
   PluginNet net;
   std::unique_ptr<Rendezvous> rv;
   Deadline deadline;        // the soft global deadline (--deadline)

@@ -42,6 +42,15 @@ const ScenarioInfo kScenarios[] = {
      "[--size 4M] [--min-share 0.1]  2 nodes, vmesh --links 2: striping on both rxe devices"},
     {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
      "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
+    {"link-down", runLinkDown, {"size", "after", "bound"},
+     "[--size 256K] [--after 8] [--bound S]  3 nodes (full): rank 0 downs its link to rank 1\n"
+     "                  mid-stream; both ends fail in bounded time, rank 2's traffic is untouched"},
+    {"reload", runReload, {"rounds"},
+     "[--rounds 3]           2 nodes: comms, close, dlclose, dlopen again; no thread/fd/RDMA object left"},
+    {"bad-input", runBadInput, {"random", "bound"},
+     "[--random 256] [--bound S]  2 nodes: random and damaged handles, NULLs, double closes"},
+    {"memlock", runMemlock, {"limit", "big"},
+     "[--limit 8M] [--big 64M]  2 nodes: RLIMIT_MEMLOCK without CAP_IPC_LOCK; a clear regMr error"},
     {"demo", runDemo, {"bytes", "pairs", "iters", "warmup"},
      "[--bytes 8M] [--pairs 2] [--iters 3] [--warmup 1]  ring all-reduce, ports and bandwidth"},
 };
@@ -108,6 +117,8 @@ int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& share
   try {
     ctx.rv.reset(new Rendezvous(shared, ctx.scenario, ctx.opts.str("run-id", "1"), ctx.rank, ctx.nodes));
     setPhase("loading the plugin");
+    ctx.pluginPath = plugin;
+    ctx.verbose = verbose;
     ctx.net.load(plugin, ctx.api, ctx.trafficClass, verbose);
     describeDevice(ctx);
     setPhase(ctx.scenario);

@@ -20,6 +20,11 @@ std::string runCycles(Context& ctx);
 // scenario_failure.cpp
 std::string runDeadPeer(Context& ctx);
 std::string runCloseInflight(Context& ctx);
+// scenario_faults.cpp
+std::string runLinkDown(Context& ctx);
+std::string runReload(Context& ctx);
+std::string runBadInput(Context& ctx);
+std::string runMemlock(Context& ctx);
 // scenario_data.cpp
 std::string runPair(Context& ctx);
 std::string runLinks(Context& ctx);
