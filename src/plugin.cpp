@@ -54,13 +54,16 @@ void Plugin::shutdown() {
   std::lock_guard<std::mutex> lock(initMutex_);
   // Reverse order of construction: the reactor first (its handlers hold pending handshakes
   // and their half-built comms), then what the comms used, then the devices.
+  // Containers are emptied by assigning empty ones, which frees their buffers too: this
+  // object lives in the library's static storage, so whatever it still points to when
+  // NCCL dlcloses the library would be leaked for good.
   reactor_.stop();
-  handshakers_.clear();
-  transports_.clear();
+  handshakers_ = decltype(handshakers_)();
+  transports_ = decltype(transports_)();
   registry_.reset();
-  netDevices_.clear();
-  discovery_.devices.clear();  // closes PDs and contexts
-  discovery_.ports.clear();
+  netDevices_ = decltype(netDevices_)();
+  discovery_.devices.clear();  // closes PDs and contexts before anything else goes
+  discovery_ = Discovery();
   unloadVerbs(&verbs_);
   config_ = Config();
   initialized_ = false;

@@ -71,8 +71,11 @@ void Reactor::stop() {
     rest.swap(tasks_);
   }
   for (Task& t : rest) t();
-  handlers_.clear();
-  timers_.clear();
+  // Assigning empty containers frees their buffers (clear() keeps them): the plugin's
+  // reactor lives in static storage that disappears with the library.
+  tasks_ = decltype(tasks_)();
+  handlers_ = decltype(handlers_)();
+  timers_ = decltype(timers_)();
   close(wakeFd_);
   close(epollFd_);
   wakeFd_ = epollFd_ = -1;
