@@ -39,7 +39,6 @@ double connectTimeoutSeconds() {
 }
 
 bool isPeerFailure(ncclResult_t rc) { return rc == ncclRemoteError || rc == ncclSystemError; }
-void requireReleased(const Snapshot& base, const std::string& mode);
 
 // A fresh listen/closeListen: the plugin still works after the failure.
 void checkHealthy(Context& ctx, const std::string& after) {
@@ -91,69 +90,6 @@ std::string connectMustFail(Context& ctx, const std::string& mode, double bound)
                 resultName(p->rc), p->seconds(), bound);
 }
 
-// peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.
-std::string receiveMustFail(Context& ctx, double bound) {
-  Snapshot base = stableSnapshot(5);
-  CommTable t = establish(ctx, {{}, {1}, 1, "dead"}, ctx.deadline);
-  void* recvComm = t[1].recv[0];
-  HostBuffer buf(4096);
-  void* mh = regHost(ctx, recvComm, buf, "peer-killed recv buffer");
-  // First prove the path works: one 8-byte message from rank 1.
-  std::vector<Op> first = {recvOp(recvComm, buf.data(), 4096, 1, mh, "peer-killed: first irecv rank0<-rank1")};
-  Engine(ctx, ctx.seed).run(first, ctx.deadline);
-  if (first[0].got[0] != 8) fail("peer-killed: first message reported %d bytes, expected 8", first[0].got[0]);
-
-  setPhase("peer-killed: posting the receive that rank 1 dies under");
-  void* data[1] = {buf.data()};
-  size_t sizes[1] = {4096};
-  int tags[1] = {2};
-  void* mhs[1] = {mh};
-  void* req = nullptr;
-  Deadline postBy(30, "posting the irecv");
-  while (req == nullptr) {
-    ctx.net.check(ctx.net->irecv(recvComm, 1, data, sizes, tags, mhs, &req), "irecv",
-                  "peer-killed: irecv rank0<-rank1 before rank 1 dies");
-    if (req == nullptr && postBy.expired()) fail("peer-killed: irecv kept returning a NULL request for 30 s");
-    if (req == nullptr) pollPause(1000);
-  }
-  ctx.rv->publish("posted.0", "");
-  Clock::time_point t0 = Clock::now();
-  setPhase(format("peer-killed: rank 0 testing the receive (must fail within %.0f s)", bound));
-  ncclResult_t rc = ncclSuccess;
-  int done = 0;
-  long calls = 0;
-  while (true) {
-    size_t got[1];
-    rc = ctx.net->test(req, &done, got, 1);
-    ++calls;
-    if (rc != ncclSuccess) break;
-    if (done) {
-      fail("peer-killed: the receive COMPLETED (%zu bytes) although rank 1 never sent a second "
-           "message and was killed", got[0]);
-    }
-    if (secondsSince(t0) > bound) {
-      fail("peer-killed: test() on the receive still reports 'not done' %.1f s after rank 1 was "
-           "told to die (%ld calls); a dead peer must turn into ncclRemoteError/ncclSystemError",
-           bound, calls);
-    }
-    pollPause(1000);
-  }
-  double errorAfter = secondsSince(t0);
-  if (!isPeerFailure(rc)) {
-    fail("peer-killed: test() failed with %s after %.2f s; expected ncclRemoteError or "
-         "ncclSystemError (last WARN: %s)", resultName(rc), errorAfter, ctx.net.lastWarn().c_str());
-  }
-  say("peer-killed: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s",
-      resultName(rc), errorAfter, bound, ctx.net.lastWarn().c_str());
-  setPhase("peer-killed: closing the broken comm");
-  deregHost(ctx, recvComm, mh, "peer-killed recv buffer (after the error)");
-  closeAll(ctx, t);
-  requireReleased(base, "peer-killed");
-  checkHealthy(ctx, "after the dead peer");
-  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f released", resultName(rc),
-                errorAfter, bound);
-}
-
 // After closing the failed comms, fds and RDMA objects must be back where they were before
 // the comms were set up.
 void requireReleased(const Snapshot& base, const std::string& mode) {
@@ -190,6 +126,65 @@ void requirePeerFailure(Context& ctx, ncclResult_t rc, const std::string& what, 
     fail("%s failed with %s after %.2f s; expected ncclRemoteError or ncclSystemError (last "
          "WARN: %s)", what.c_str(), resultName(rc), after, ctx.net.lastWarn().c_str());
   }
+}
+
+// Posts one receive of `size` bytes, retrying while irecv returns a NULL request (30 s).
+void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
+  void* datas[1] = {data};
+  size_t sizes[1] = {size};
+  int tags[1] = {tag};
+  void* mhs[1] = {mh};
+  void* req = nullptr;
+  Deadline postBy(30, "posting the irecv");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->irecv(comm, 1, datas, sizes, tags, mhs, &req), "irecv", label);
+    if (req == nullptr && postBy.expired()) fail("%s: irecv kept returning a NULL request for 30 s", label.c_str());
+    if (req == nullptr) pollPause(1000);
+  }
+  return req;
+}
+
+// The same for one send (isend is NULL until the peer's receive is posted).
+void* postSend(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
+  void* req = nullptr;
+  Deadline postBy(30, "posting the isend");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->isend(comm, data, size, tag, mh, &req), "isend", label);
+    if (req == nullptr && postBy.expired()) fail("%s: isend kept returning a NULL request for 30 s", label.c_str());
+    if (req == nullptr) pollPause(1000);
+  }
+  return req;
+}
+
+// peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.
+std::string receiveMustFail(Context& ctx, double bound) {
+  Snapshot base = stableSnapshot(5);
+  CommTable t = establish(ctx, {{}, {1}, 1, "dead"}, ctx.deadline);
+  void* recvComm = t[1].recv[0];
+  HostBuffer buf(4096);
+  void* mh = regHost(ctx, recvComm, buf, "peer-killed recv buffer");
+  // First prove the path works: one 8-byte message from rank 1.
+  std::vector<Op> first = {recvOp(recvComm, buf.data(), 4096, 1, mh, "peer-killed: first irecv rank0<-rank1")};
+  Engine(ctx, ctx.seed).run(first, ctx.deadline);
+  if (first[0].got[0] != 8) fail("peer-killed: first message reported %d bytes, expected 8", first[0].got[0]);
+
+  setPhase("peer-killed: posting the receive that rank 1 dies under");
+  void* req = postRecv(ctx, recvComm, buf.data(), 4096, 2, mh, "peer-killed: irecv rank0<-rank1 before rank 1 dies");
+  ctx.rv->publish("posted.0", "");
+  Clock::time_point t0 = Clock::now();
+  setPhase(format("peer-killed: rank 0 testing the receive (must fail within %.0f s)", bound));
+  ncclResult_t rc = testUntilError(ctx, req, "peer-killed: the receive from the killed rank 1", t0, bound);
+  double errorAfter = secondsSince(t0);
+  requirePeerFailure(ctx, rc, "peer-killed: test() on the receive", errorAfter);
+  say("peer-killed: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s",
+      resultName(rc), errorAfter, bound, ctx.net.lastWarn().c_str());
+  setPhase("peer-killed: closing the broken comm");
+  deregHost(ctx, recvComm, mh, "peer-killed recv buffer (after the error)");
+  closeAll(ctx, t);
+  requireReleased(base, "peer-killed");
+  checkHealthy(ctx, "after the dead peer");
+  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f released", resultName(rc),
+                errorAfter, bound);
 }
 
 // idle, rank 0: comms both ways, proven with one exchange, then idle while rank 1 is
@@ -276,14 +271,7 @@ std::string sendMustFail(Context& ctx, size_t size, double bound) {
   void* mh = regHost(ctx, sendComm, out, "mid-send buffer");
   ctx.rv->fetch("posted.1", ctx.deadline, "rank 1 posting its receive");
   setPhase("mid-send: posting the send");
-  void* req = nullptr;
-  Deadline postBy(30, "posting the isend");
-  while (req == nullptr) {
-    ctx.net.check(ctx.net->isend(sendComm, out.data(), size, 4, mh, &req), "isend",
-                  "mid-send: isend rank0->rank1");
-    if (req == nullptr && postBy.expired()) fail("mid-send: isend kept returning a NULL request for 30 s");
-    if (req == nullptr) pollPause(1000);
-  }
+  void* req = postSend(ctx, sendComm, out.data(), size, 4, mh, "mid-send: isend rank0->rank1");
   int done = 0;
   size_t got[1];
   ctx.net.check(ctx.net->test(req, &done, got, 1), "test", "mid-send: first test of the send");
@@ -310,18 +298,7 @@ std::string sendMustFail(Context& ctx, size_t size, double bound) {
   void* recvComm = t[0].recv[0];
   HostBuffer in(size);
   void* mh = regHost(ctx, recvComm, in, "mid-send receive buffer");
-  void* data[1] = {in.data()};
-  size_t sizes[1] = {size};
-  int tags[1] = {4};
-  void* mhs[1] = {mh};
-  void* req = nullptr;
-  Deadline postBy(30, "posting the irecv");
-  while (req == nullptr) {
-    ctx.net.check(ctx.net->irecv(recvComm, 1, data, sizes, tags, mhs, &req), "irecv",
-                  "mid-send: irecv rank1<-rank0");
-    if (req == nullptr && postBy.expired()) fail("mid-send: irecv kept returning a NULL request for 30 s");
-    if (req == nullptr) pollPause(1000);
-  }
+  postRecv(ctx, recvComm, in.data(), size, 4, mh, "mid-send: irecv rank1<-rank0");
   ctx.rv->publish("posted.1", "");
   ctx.rv->fetch("sending.0", ctx.deadline, "rank 0 sending");
   say("mid-send: rank 0's send is on the wire; SIGKILLing myself now");
