@@ -41,8 +41,7 @@ ncclResult_t RecvComm::activateExtra() {
 ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int* tags,
                              MrHandle* const* mh, Request** out) {
   *out = nullptr;
-  MESH_CHECK(failure_);
-  MESH_CHECK(checkPeer("before irecv"));
+  MESH_CHECK(checkPeer("before irecv"));  // an earlier failure, or a peer gone since
   MESH_REQUIRE(n >= 1 && n <= kGroupMax, ncclInvalidArgument, "irecv: n=%d (must be 1..%d)", n, kGroupMax);
   int slot = static_cast<int>(seq_ % kFifoDepth);
   Qp& ctrlQp = qps_[0];

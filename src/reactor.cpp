@@ -70,10 +70,9 @@ void Reactor::stop() {
     std::lock_guard<std::mutex> lock(tasksMutex_);
     rest.swap(tasks_);
   }
-  for (Task& t : rest) t();
+  for (Task& t : rest) t();  // post() refuses now, so tasks_ stays empty and unallocated
   // Assigning empty containers frees their buffers (clear() keeps them): the plugin's
   // reactor lives in static storage that disappears with the library.
-  tasks_ = decltype(tasks_)();
   handlers_ = decltype(handlers_)();
   timers_ = decltype(timers_)();
   close(wakeFd_);

@@ -151,8 +151,9 @@ class Comm : public PreparedConn {
   void freeRequest(Request* r);
   ncclResult_t progress();
   ncclResult_t health(const Request* waiting) const;
-  // Fails the comm once its control link is gone: a dead or unreachable peer never posts
-  // another FIFO slot nor completes a transfer. `doing` names the call for the message.
+  // The comm's failure, if any; else fails it once its control link is gone (a dead or
+  // unreachable peer never posts another FIFO slot nor completes a transfer). `doing`
+  // names the call for the message.
   ncclResult_t checkPeer(const char* doing);
   ncclResult_t postBatch(int q, int count);
   // A signaled batch on QP q completed: its WRs' send-queue slots are free again.
