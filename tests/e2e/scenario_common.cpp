@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdlib>
 
 #include "scenarios.h"
 
@@ -13,6 +14,11 @@ std::set<std::string> withCommon(std::set<std::string> extra) {
   std::set<std::string> all = commonOptions();
   all.insert(extra.begin(), extra.end());
   return all;
+}
+
+double envSeconds(const char* name, double fallbackMs) {
+  const char* v = getenv(name);
+  return (v && atoi(v) > 0 ? atoi(v) : fallbackMs) / 1000.0;
 }
 
 void requireNodes(const Context& ctx, int nodes) {

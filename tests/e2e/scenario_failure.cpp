@@ -33,12 +33,7 @@ int gReportFd = -1;  // dead-peer child -> guard parent
   _exit(0);
 }
 
-double connectTimeoutSeconds() {
-  const char* v = getenv("NCCL_MESH_CONNECT_TIMEOUT_MS");
-  return v && atoi(v) > 0 ? atoi(v) / 1000.0 : 30.0;
-}
-
-bool isPeerFailure(ncclResult_t rc) { return rc == ncclRemoteError || rc == ncclSystemError; }
+double connectTimeoutSeconds() { return envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000); }
 
 // A fresh listen/closeListen: the plugin still works after the failure.
 void checkHealthy(Context& ctx, const std::string& after) {
@@ -126,34 +121,6 @@ void requirePeerFailure(Context& ctx, ncclResult_t rc, const std::string& what, 
     fail("%s failed with %s after %.2f s; expected ncclRemoteError or ncclSystemError (last "
          "WARN: %s)", what.c_str(), resultName(rc), after, ctx.net.lastWarn().c_str());
   }
-}
-
-// Posts one receive of `size` bytes, retrying while irecv returns a NULL request (30 s).
-void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
-  void* datas[1] = {data};
-  size_t sizes[1] = {size};
-  int tags[1] = {tag};
-  void* mhs[1] = {mh};
-  void* req = nullptr;
-  Deadline postBy(30, "posting the irecv");
-  while (req == nullptr) {
-    ctx.net.check(ctx.net->irecv(comm, 1, datas, sizes, tags, mhs, &req), "irecv", label);
-    if (req == nullptr && postBy.expired()) fail("%s: irecv kept returning a NULL request for 30 s", label.c_str());
-    if (req == nullptr) pollPause(1000);
-  }
-  return req;
-}
-
-// The same for one send (isend is NULL until the peer's receive is posted).
-void* postSend(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
-  void* req = nullptr;
-  Deadline postBy(30, "posting the isend");
-  while (req == nullptr) {
-    ctx.net.check(ctx.net->isend(comm, data, size, tag, mh, &req), "isend", label);
-    if (req == nullptr && postBy.expired()) fail("%s: isend kept returning a NULL request for 30 s", label.c_str());
-    if (req == nullptr) pollPause(1000);
-  }
-  return req;
 }
 
 // peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.

@@ -31,12 +31,6 @@ namespace e2e {
 namespace {
 
 bool isError(ncclResult_t rc) { return rc != ncclSuccess && rc != ncclInProgress; }
-bool isPeerFailure(ncclResult_t rc) { return rc == ncclRemoteError || rc == ncclSystemError; }
-
-double envSeconds(const char* name, double fallbackMs) {
-  const char* v = getenv(name);
-  return (v && atoi(v) > 0 ? atoi(v) : fallbackMs) / 1000.0;
-}
 
 // ---- link-down ------------------------------------------------------------------------------
 
@@ -562,21 +556,15 @@ std::string badInput(Context& ctx) {
     HostBuffer out(kBytes), in(kBytes);
     void* mhOut = regHost(ctx, sc, out, "finished-request send");
     void* mhIn = regHost(ctx, rcv, in, "finished-request recv");
-    // Posted by hand (the Engine forgets requests once done) to keep the pointers.
-    void* sreq = nullptr;
-    void* rreq = nullptr;
-    void* data[1] = {in.data()};
-    size_t sizes[1] = {kBytes};
-    int tags[1] = {5};
-    void* mhs[1] = {mhIn};
+    // The receive first: both ranks run this, and an isend waits for the peer's irecv.
+    void* rreq = postRecv(ctx, rcv, in.data(), kBytes, 5, mhIn, "finished-request check irecv");
+    void* sreq = postSend(ctx, sc, out.data(), kBytes, 5, mhOut, "finished-request check isend");
     Deadline by(60, "finished-request check");
     int sdone = 0, rdone = 0;
     while (!(sdone && rdone)) {
-      if (sreq == nullptr) ctx.net.check(ctx.net->isend(sc, out.data(), kBytes, 5, mhOut, &sreq), "isend", "finished-request check");
-      if (rreq == nullptr) ctx.net.check(ctx.net->irecv(rcv, 1, data, sizes, tags, mhs, &rreq), "irecv", "finished-request check");
       size_t got[1];
-      if (sreq != nullptr && !sdone) ctx.net.check(ctx.net->test(sreq, &sdone, got, 1), "test", "finished-request isend");
-      if (rreq != nullptr && !rdone) ctx.net.check(ctx.net->test(rreq, &rdone, got, 1), "test", "finished-request irecv");
+      if (!sdone) ctx.net.check(ctx.net->test(sreq, &sdone, got, 1), "test", "finished-request isend");
+      if (!rdone) ctx.net.check(ctx.net->test(rreq, &rdone, got, 1), "test", "finished-request irecv");
       if (by.expired()) fail("bad-input: the 8-byte exchange for the finished-request check did not finish");
       if (!(sdone && rdone)) pollPause(1000);
     }

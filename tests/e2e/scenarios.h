@@ -43,6 +43,11 @@ void setDeadPeerReportFd(int fd);
 std::set<std::string> commonOptions();
 std::set<std::string> withCommon(std::set<std::string> extra);
 
+// The errors a dead or unreachable peer must produce.
+inline bool isPeerFailure(ncclResult_t rc) { return rc == ncclRemoteError || rc == ncclSystemError; }
+// A *_MS environment variable in seconds; `fallbackMs` when unset or not positive.
+double envSeconds(const char* name, double fallbackMs);
+
 // Requires the run to have `nodes` ranks (0: at least 2).
 void requireNodes(const Context& ctx, int nodes);
 

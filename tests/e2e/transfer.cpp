@@ -323,4 +323,32 @@ void exchangeSmall(Context& ctx, int peer, void* sendComm, void* recvComm, uint6
   deregHost(ctx, recvComm, mhIn, label + " recv buffer");
 }
 
+// Posts one receive of `size` bytes, retrying while irecv returns a NULL request (30 s).
+void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
+  void* datas[1] = {data};
+  size_t sizes[1] = {size};
+  int tags[1] = {tag};
+  void* mhs[1] = {mh};
+  void* req = nullptr;
+  Deadline postBy(30, "posting the irecv");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->irecv(comm, 1, datas, sizes, tags, mhs, &req), "irecv", label);
+    if (req == nullptr && postBy.expired()) fail("%s: irecv kept returning a NULL request for 30 s", label.c_str());
+    if (req == nullptr) pollPause(1000);
+  }
+  return req;
+}
+
+// The same for one send (isend is NULL until the peer's receive is posted).
+void* postSend(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
+  void* req = nullptr;
+  Deadline postBy(30, "posting the isend");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->isend(comm, data, size, tag, mh, &req), "isend", label);
+    if (req == nullptr && postBy.expired()) fail("%s: isend kept returning a NULL request for 30 s", label.c_str());
+    if (req == nullptr) pollPause(1000);
+  }
+  return req;
+}
+
 }  // namespace e2e

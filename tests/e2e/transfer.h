@@ -106,6 +106,12 @@ std::string checkPattern(const void* data, size_t size, uint64_t seed);
 // Empty when every byte of [data, data+size) is `value`; otherwise the first offset.
 std::string checkFill(const void* data, size_t size, uint8_t value);
 
+// One request, posted directly (the Engine forgets requests once done): retries while the
+// plugin returns a NULL request ("not yet"), for at most 30 s; errors are thrown with
+// `label`. postSend needs the peer's receive to be posted.
+void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label);
+void* postSend(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label);
+
 // One 8-byte message each way on (send, recv) with a data check; a connection health
 // probe. Registers and deregisters its own buffers.
 void exchangeSmall(Context& ctx, int peer, void* sendComm, void* recvComm, uint64_t round,
