@@ -1,5 +1,6 @@
 #include "mesh/reactor.h"
 
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -40,6 +41,9 @@ ncclResult_t Reactor::start() {
   running_.store(true, std::memory_order_release);
   try {
     thread_ = std::thread([this] { run(); });
+    // Named before start() returns, so that `top -H`, gdb and the ABI tests can tell it
+    // from the host's threads as soon as init has returned. A failure only loses the name.
+    pthread_setname_np(thread_.native_handle(), kThreadName);
   } catch (const std::exception& e) {
     running_.store(false);
     close(wakeFd_);

@@ -29,6 +29,8 @@ class Reactor {
   using Clock = std::chrono::steady_clock;
   using Handler = std::function<void(uint32_t events)>;
   using Task = std::function<void()>;
+  // The thread's name (/proc/<pid>/task/<tid>/comm; at most 15 characters).
+  static constexpr const char* kThreadName = "mesh-handshake";
 
   Reactor() = default;
   ~Reactor();

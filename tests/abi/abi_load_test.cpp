@@ -6,7 +6,6 @@
 // Every test dlopen()s the library anew and dlclose()s it at the end, and checks that the
 // close really unloaded it: the plugin tears its state down in its library destructor, so
 // each test starts from a fresh, never-initialized plugin.
-#include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "net_v8.h"
+#include "plugin_threads.h"
 
 extern char** environ;
 
@@ -76,29 +76,6 @@ bool contains(const std::string& text, const char* part) {
 }
 
 // --- process introspection ---------------------------------------------------------------
-
-int threadCount() {
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
-
-// pthread_join returns once the thread has left user code; the kernel may list the task a
-// moment longer. Polls until the count is `want` (or the deadline passes) and returns it.
-int waitForThreadCount(int want) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int n = threadCount();
-  while (n != want && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    n = threadCount();
-  }
-  return n;
-}
 
 bool pluginStillMapped() {
   void* h = dlopen(kPluginName, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
@@ -242,16 +219,14 @@ void initAndCountDevices(const ncclNet_v8_t& net) {
 }
 
 TEST_F(AbiLoad, NoThreadOutlivesTheLibrary) {
-  const int baseline = threadCount();
-  ASSERT_GT(baseline, 0) << "cannot read /proc/self/task";
+  ASSERT_EQ(abitest::waitForPluginThreads(0), 0) << "a plugin thread from an earlier test still runs";
   for (int round = 1; round <= 2; ++round) {
     SCOPED_TRACE("load round " + std::to_string(round));
     ASSERT_NO_FATAL_FAILURE(openPlugin());
     ASSERT_NO_FATAL_FAILURE(initAndCountDevices(net()));
-    EXPECT_GT(threadCount(), baseline) << "init should start the handshake reactor thread";
+    EXPECT_EQ(abitest::pluginThreadCount(), 1) << "init should start one handshake reactor thread";
     ASSERT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;
-    EXPECT_EQ(waitForThreadCount(baseline), baseline)
-        << "a thread is still running after dlclose";
+    EXPECT_EQ(abitest::waitForPluginThreads(0), 0) << "the reactor thread outlived dlclose";
   }
 }
 

@@ -8,7 +8,6 @@
 // net_api.h (which the e2e driver uses too); version-specific ones call the raw tables.
 // On a machine without RDMA ports the plugin reports 0 devices; tests that need a device
 // skip there (the lab runs them).
-#include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "net_api.h"
+#include "plugin_threads.h"
 
 extern char** environ;
 
@@ -74,28 +74,6 @@ std::string allWarnings() {
 }
 
 // --- process introspection -------------------------------------------------------------------
-
-int threadCount() {
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
-
-// A joined thread may stay listed a moment longer: poll until the count is `want`.
-int waitForThreadCount(int want) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int n = threadCount();
-  while (n != want && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    n = threadCount();
-  }
-  return n;
-}
 
 bool pluginStillMapped() {
   void* h = dlopen(kPluginName, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
@@ -325,8 +303,7 @@ TEST_P(EachVersion, PropertiesAreInNcclsRange) {
 // The reactor thread runs after init and never outlives the library (NCCL may dlclose it
 // after the last communicator). v11: two communicators, both finalized.
 TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
-  const int baseline = threadCount();
-  ASSERT_GT(baseline, 0) << "cannot read /proc/self/task";
+  ASSERT_EQ(abitest::waitForPluginThreads(0), 0) << "a plugin thread from an earlier test still runs";
   for (int round = 1; round <= 2; ++round) {
     SCOPED_TRACE("load round " + std::to_string(round));
     netapi::NetApi first, second;
@@ -336,11 +313,11 @@ TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
     ASSERT_EQ(second.init(captureLog, NCCL_NET_TRAFFIC_CLASS_UNDEF, 0x2222), ncclSuccess) << allWarnings();
     int ndev = -1;
     ASSERT_EQ(second.devices(&ndev), ncclSuccess);
-    EXPECT_GT(threadCount(), baseline) << "init should start the handshake reactor thread";
+    EXPECT_EQ(abitest::pluginThreadCount(), 1) << "two contexts should share one handshake reactor thread";
     EXPECT_EQ(first.finalize(), ncclSuccess);
     EXPECT_EQ(second.finalize(), ncclSuccess);
     ASSERT_TRUE(closeLibrary()) << "dlclose did not unload " << kPluginName;
-    EXPECT_EQ(waitForThreadCount(baseline), baseline) << "a thread is still running after dlclose";
+    EXPECT_EQ(abitest::waitForPluginThreads(0), 0) << "the reactor thread outlived dlclose";
   }
 }
 

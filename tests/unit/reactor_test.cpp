@@ -1,7 +1,7 @@
 // The handshake reactor: tasks run on its thread, fd handlers fire, timers repeat and stop,
 // and stop() joins the thread (no thread outlives it).
 #include <gtest/gtest.h>
-
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "mesh/reactor.h"
@@ -27,6 +28,23 @@ TEST(Reactor, RunsPostedTasksOnItsOwnThread) {
   r.stop();
   EXPECT_FALSE(r.running());
   EXPECT_FALSE(r.post([] {}));
+}
+
+// The ABI load tests (tests/abi/plugin_threads.h) find the plugin's thread by this name.
+TEST(Reactor, ThreadIsNamed) {
+  Reactor r;
+  ASSERT_EQ(r.start(), ncclSuccess);
+  std::promise<std::string> name;
+  ASSERT_TRUE(r.post([&] {
+    char buf[16] = {};
+    pthread_getname_np(pthread_self(), buf, sizeof(buf));
+    name.set_value(buf);
+  }));
+  auto f = name.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(f.get(), "mesh-handshake");
+  EXPECT_STREQ(Reactor::kThreadName, "mesh-handshake");
+  r.stop();
 }
 
 TEST(Reactor, DispatchesReadableFd) {
