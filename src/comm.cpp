@@ -239,10 +239,24 @@ ncclResult_t Comm::completionError(const ibv_wc& wc) {
            "peer %s",
            disc_->devices.empty() ? "?" : disc_->devices[0]->api().wcStatusStr(wc.status), wc.status,
            wc.vendor_err, static_cast<int>(id.kind), wc.qp_num, where.c_str(), peer.c_str());
+  bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
   bool remote = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
                 wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_OP_ERR ||
-                wc.status == IBV_WC_REM_INV_REQ_ERR || wc.status == IBV_WC_WR_FLUSH_ERR;
-  fail(buf, remote ? ncclRemoteError : ncclSystemError);
+                wc.status == IBV_WC_REM_INV_REQ_ERR || flushed;
+  ncclResult_t code = remote ? ncclRemoteError : ncclSystemError;
+  if (failure_ == ncclSuccess) {
+    fail(buf, code);
+    failureIsFlush_ = flushed;
+  } else if (failureIsFlush_ && !flushed) {
+    // A flush only says that the QP is in the error state; the WR that put it there can
+    // complete after the flushed ones (providers order the queues' completions freely).
+    // Report the cause, once.
+    failure_ = code;
+    failureText_ = buf;
+    failureIsFlush_ = false;
+    MESH_WARN("%s comm with %s: the cause of the flushed work requests: %s", sender_ ? "send" : "recv",
+              peer.c_str(), buf);
+  }
   return failure_;
 }
 

@@ -179,6 +179,9 @@ class Comm : public PreparedConn {
   std::atomic<int> asyncEvent_{-1};  // written by the reactor, read by NCCL's thread
   ncclResult_t failure_ = ncclSuccess;
   std::string failureText_;
+  // The failure so far is only a flushed WR: the WR whose error put the QP in the error
+  // state may complete after the flushes, and then it names the real cause.
+  bool failureIsFlush_ = false;
   bool closed_ = false;
   ibv_send_wr wrs_[kMaxBatch] = {};
   ibv_sge sges_[kMaxBatch] = {};

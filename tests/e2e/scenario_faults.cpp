@@ -76,6 +76,16 @@ void openStream(Context& ctx, Stream* s, int peer, void* send, void* recv, size_
 void pump(Context& ctx, Stream* s, bool mayFail) {
   auto failDir = [&](bool sendDir, ncclResult_t rc, const char* call) {
     if (!mayFail) {
+      // Poll the stream's other requests for a moment first: when the first error was a
+      // flushed WR, the plugin names the WR that caused it once that one completes.
+      Clock::time_point until = Clock::now() + std::chrono::milliseconds(500);
+      while (Clock::now() < until) {
+        for (void** r : {&s->sreq[0], &s->sreq[1], &s->rreq[0], &s->rreq[1]}) {
+          int done = 0;
+          size_t got[1];
+          if (*r != nullptr && ctx.net->test(*r, &done, got, 1) == ncclSuccess && done) *r = nullptr;
+        }
+      }
       fail("%s %s rank %d failed with %s, but that link was never touched (last WARN: %s)", call,
            sendDir ? "to" : "from", s->peer, resultName(rc), ctx.net.lastWarn().c_str());
     }

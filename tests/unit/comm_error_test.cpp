@@ -1,0 +1,115 @@
+// Which work-completion error a comm reports. When a QP enters the error state, its
+// outstanding WRs complete as "flushed"; the WR whose error caused it may complete before
+// or after them (Soft-RoCE flushes the receive queue first when its responder rejects a
+// request). A flush is reported at once, and replaced, once, by the first real cause.
+// No RDMA: a comm with no links, fed work completions directly.
+#include <gtest/gtest.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mesh/comm.h"
+#include "mesh/log.h"
+
+namespace mesh {
+namespace {
+
+std::vector<std::string> gWarnings;
+
+__attribute__((format(printf, 5, 6))) void captureLog(ncclDebugLogLevel level, unsigned long,
+                                                      const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  gWarnings.emplace_back(buf);
+}
+
+class ProbeComm : public Comm {
+ public:
+  explicit ProbeComm(const Discovery* disc) : Comm(false, disc, CommSettings()) {}
+  using Comm::completionError;
+  using Comm::health;
+  void onCompletion(const ibv_wc&) override {}
+  void describeCtrl(uint64_t* addr) const override { *addr = 0; }
+};
+
+ibv_wc completion(ibv_wc_status status, WrKind kind) {
+  ibv_wc wc{};
+  wc.status = status;
+  wc.wr_id = encodeWrId(WrId{kind, 0, 1, 1});
+  wc.qp_num = 17;
+  return wc;
+}
+
+class CommError : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gWarnings.clear();
+    setLogger(captureLog);
+  }
+  void TearDown() override { setLogger(nullptr); }
+
+  bool lastWarns(const char* part) const {
+    return !gWarnings.empty() && gWarnings.back().find(part) != std::string::npos;
+  }
+
+  Discovery disc_;
+  ProbeComm comm_{&disc_};
+};
+
+TEST_F(CommError, AFlushIsReportedAtOnceThenReplacedByItsCause) {
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::Recv)), ncclRemoteError);
+  ASSERT_EQ(gWarnings.size(), 1u);
+  EXPECT_TRUE(lastWarns("status 5")) << gWarnings.back();
+  EXPECT_TRUE(lastWarns("wr kind 3")) << gWarnings.back();
+
+  // More flushes add nothing.
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::Ctrl)), ncclRemoteError);
+  EXPECT_EQ(gWarnings.size(), 1u);
+
+  // The cause: a local error turns the result into ncclSystemError and is logged once.
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_LOC_QP_OP_ERR, WrKind::Ctrl)), ncclSystemError);
+  ASSERT_EQ(gWarnings.size(), 2u);
+  EXPECT_TRUE(lastWarns("the cause of the flushed work requests")) << gWarnings.back();
+  EXPECT_TRUE(lastWarns("status 2")) << gWarnings.back();
+  EXPECT_TRUE(lastWarns("wr kind 4")) << gWarnings.back();
+  EXPECT_EQ(comm_.health(nullptr), ncclSystemError);
+
+  // Later errors are consequences: neither logged nor changing the result.
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_REM_INV_REQ_ERR, WrKind::SendFinal)), ncclSystemError);
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::Recv)), ncclSystemError);
+  EXPECT_EQ(gWarnings.size(), 2u);
+}
+
+TEST_F(CommError, ARealErrorFirstIsNeverReplaced) {
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_RETRY_EXC_ERR, WrKind::SendFinal)), ncclRemoteError);
+  ASSERT_EQ(gWarnings.size(), 1u);
+  EXPECT_TRUE(lastWarns("status 12")) << gWarnings.back();
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::SendBatch)), ncclRemoteError);
+  EXPECT_EQ(comm_.completionError(completion(IBV_WC_LOC_PROT_ERR, WrKind::SendBatch)), ncclRemoteError);
+  EXPECT_EQ(gWarnings.size(), 1u);
+  EXPECT_EQ(comm_.health(nullptr), ncclRemoteError);
+}
+
+TEST_F(CommError, RemoteStatusesAreRemoteErrorsLocalOnesSystemErrors) {
+  for (ibv_wc_status st : {IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_REM_ACCESS_ERR,
+                           IBV_WC_REM_OP_ERR, IBV_WC_REM_INV_REQ_ERR}) {
+    Discovery disc;
+    ProbeComm comm(&disc);
+    EXPECT_EQ(comm.completionError(completion(st, WrKind::SendFinal)), ncclRemoteError) << "status " << st;
+  }
+  for (ibv_wc_status st : {IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_LOC_PROT_ERR, IBV_WC_MW_BIND_ERR,
+                           IBV_WC_GENERAL_ERR}) {
+    Discovery disc;
+    ProbeComm comm(&disc);
+    EXPECT_EQ(comm.completionError(completion(st, WrKind::SendFinal)), ncclSystemError) << "status " << st;
+  }
+}
+
+}  // namespace
+}  // namespace mesh
