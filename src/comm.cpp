@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mesh/async_events.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
 
@@ -263,9 +264,7 @@ ncclResult_t Comm::completionError(const ibv_wc& wc) {
 ncclResult_t Comm::progress() {
   int event = asyncEvent_.load(std::memory_order_acquire);
   if (event >= 0 && failure_ == ncclSuccess) {
-    fail("fatal asynchronous event on one of its QPs: " +
-             std::string(disc_->devices[0]->api().eventTypeStr(static_cast<ibv_event_type>(event))),
-         ncclSystemError);
+    fail("fatal asynchronous event on one of its QPs: " + fatalQpEventName(event), ncclSystemError);
   }
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {

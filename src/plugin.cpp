@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "mesh/async_events.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
 
@@ -163,9 +164,8 @@ void Plugin::buildConnectionMachinery() {
   }
 }
 
-// One watcher for every device's asynchronous events, on the reactor thread: fatal QP
-// events fail the owning comm; port and device events are logged (their QPs then fail
-// through completions).
+// One watcher for every device's asynchronous events, on the reactor thread (what each
+// event does: async_events.cpp).
 void Plugin::watchAsyncEvents() {
   for (const auto& devPtr : discovery_.devices) {
     VerbsDevice* dev = devPtr.get();
@@ -176,25 +176,7 @@ void Plugin::watchAsyncEvents() {
       reactor_.watch(fd, EPOLLIN, [dev](uint32_t) {
         ibv_async_event ev;
         while (dev->api().getAsyncEvent(dev->context(), &ev) == 0) {
-          const char* what = dev->api().eventTypeStr(ev.event_type);
-          switch (ev.event_type) {
-            case IBV_EVENT_QP_FATAL:
-            case IBV_EVENT_QP_REQ_ERR:
-            case IBV_EVENT_QP_ACCESS_ERR:
-            case IBV_EVENT_PATH_MIG_ERR:
-              MESH_WARN("%s: %s on QPN %u", dev->name().c_str(), what, ev.element.qp->qp_num);
-              if (ev.element.qp->qp_context != nullptr) {
-                static_cast<Comm*>(ev.element.qp->qp_context)->markAsyncError(ev.event_type);
-              }
-              break;
-            case IBV_EVENT_PORT_ERR:
-            case IBV_EVENT_DEVICE_FATAL:
-            case IBV_EVENT_CQ_ERR:
-              MESH_WARN("%s: %s (port %d)", dev->name().c_str(), what, ev.element.port_num);
-              break;
-            default:
-              MESH_INFO(NCCL_NET, "%s: async event %s", dev->name().c_str(), what);
-          }
+          handleAsyncEvent(dev->name(), dev->api().eventTypeStr(ev.event_type), ev);
           dev->api().ackAsyncEvent(&ev);
         }
       });

@@ -1,8 +1,11 @@
-// Which work-completion error a comm reports. When a QP enters the error state, its
-// outstanding WRs complete as "flushed"; the WR whose error caused it may complete before
-// or after them (Soft-RoCE flushes the receive queue first when its responder rejects a
-// request). A flush is reported at once, and replaced, once, by the first real cause.
-// No RDMA: a comm with no links, fed work completions directly.
+// How a comm learns of errors, without RDMA: a comm with no links, fed work completions
+// and asynchronous events directly.
+// - Which work-completion error it reports. When a QP enters the error state, its
+//   outstanding WRs complete as "flushed"; the WR whose error caused it may complete before
+//   or after them (Soft-RoCE flushes the receive queue first when its responder rejects a
+//   request). A flush is reported at once, and replaced, once, by the first real cause.
+// - Asynchronous events (async_events.cpp): a fatal QP event fails the QP's comm at its
+//   next call; port, device and CQ errors are logged and fail nothing by themselves.
 #include <gtest/gtest.h>
 
 #include <cstdarg>
@@ -10,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mesh/async_events.h"
 #include "mesh/comm.h"
 #include "mesh/log.h"
 
@@ -34,6 +38,7 @@ class ProbeComm : public Comm {
   explicit ProbeComm(const Discovery* disc) : Comm(false, disc, CommSettings()) {}
   using Comm::completionError;
   using Comm::health;
+  using Comm::progress;
   void onCompletion(const ibv_wc&) override {}
   void describeCtrl(uint64_t* addr) const override { *addr = 0; }
 };
@@ -109,6 +114,74 @@ TEST_F(CommError, RemoteStatusesAreRemoteErrorsLocalOnesSystemErrors) {
     ProbeComm comm(&disc);
     EXPECT_EQ(comm.completionError(completion(st, WrKind::SendFinal)), ncclSystemError) << "status " << st;
   }
+}
+
+// --- asynchronous events ----------------------------------------------------------------
+
+ibv_async_event qpEvent(ibv_event_type type, ibv_qp* qp) {
+  ibv_async_event ev{};
+  ev.event_type = type;
+  ev.element.qp = qp;
+  return ev;
+}
+
+TEST_F(CommError, FatalQpEventsFailTheOwningCommAtItsNextCall) {
+  for (ibv_event_type type : {IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR,
+                              IBV_EVENT_PATH_MIG_ERR}) {
+    SCOPED_TRACE("event " + std::to_string(type));
+    gWarnings.clear();
+    Discovery disc;
+    ProbeComm owner(&disc), bystander(&disc);
+    ibv_qp qp{};
+    qp.qp_num = 0x2a;
+    qp.qp_context = &owner;
+    EXPECT_EQ(owner.progress(), ncclSuccess);
+    EXPECT_EQ(handleAsyncEvent("rxe_p1", "some event", qpEvent(type, &qp)), AsyncAction::FailedComm);
+    ASSERT_EQ(gWarnings.size(), 1u);
+    EXPECT_TRUE(lastWarns("rxe_p1: some event on QPN 42")) << gWarnings.back();
+    // Only the owner fails, at its next call, naming the event; once.
+    EXPECT_EQ(owner.progress(), ncclSystemError);
+    ASSERT_EQ(gWarnings.size(), 2u);
+    EXPECT_TRUE(lastWarns(("fatal asynchronous event on one of its QPs: " + fatalQpEventName(type)).c_str()))
+        << gWarnings.back();
+    EXPECT_EQ(fatalQpEventName(type).find("asynchronous event"), std::string::npos);
+    EXPECT_EQ(owner.progress(), ncclSystemError);
+    EXPECT_EQ(gWarnings.size(), 2u);
+    EXPECT_EQ(bystander.progress(), ncclSuccess);
+  }
+}
+
+TEST_F(CommError, AFatalEventOnAQpWithoutACommIsOnlyLogged) {
+  ibv_qp qp{};
+  qp.qp_num = 7;
+  EXPECT_EQ(handleAsyncEvent("mlx5_0", "QP fatal error", qpEvent(IBV_EVENT_QP_FATAL, &qp)), AsyncAction::Warned);
+  EXPECT_EQ(gWarnings.size(), 1u);
+}
+
+TEST_F(CommError, PortDeviceAndCqErrorsAreLoggedOtherEventsAreInfo) {
+  ibv_async_event port{};
+  port.event_type = IBV_EVENT_PORT_ERR;
+  port.element.port_num = 1;
+  EXPECT_EQ(handleAsyncEvent("rxe_p1", "port error", port), AsyncAction::Warned);
+  EXPECT_TRUE(lastWarns("rxe_p1: port error (port 1)")) << gWarnings.back();
+  ibv_async_event dev{};
+  dev.event_type = IBV_EVENT_DEVICE_FATAL;
+  EXPECT_EQ(handleAsyncEvent("rxe_p1", "local catastrophic error", dev), AsyncAction::Warned);
+  ibv_cq cq{};
+  ibv_async_event cqErr{};
+  cqErr.event_type = IBV_EVENT_CQ_ERR;
+  cqErr.element.cq = &cq;
+  EXPECT_EQ(handleAsyncEvent("rxe_p1", "CQ error", cqErr), AsyncAction::Warned);
+  EXPECT_TRUE(lastWarns("rxe_p1: CQ error")) << gWarnings.back();
+  EXPECT_EQ(gWarnings.size(), 3u);
+  for (ibv_event_type type : {IBV_EVENT_PORT_ACTIVE, IBV_EVENT_LID_CHANGE, IBV_EVENT_GID_CHANGE,
+                              IBV_EVENT_QP_LAST_WQE_REACHED}) {
+    ibv_async_event ev{};
+    ev.event_type = type;
+    EXPECT_EQ(handleAsyncEvent("rxe_p1", "benign", ev), AsyncAction::Info) << "event " << type;
+  }
+  EXPECT_EQ(gWarnings.size(), 3u);
+  EXPECT_EQ(fatalQpEventName(IBV_EVENT_PORT_ERR), "asynchronous event " + std::to_string(IBV_EVENT_PORT_ERR));
 }
 
 }  // namespace
