@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "probes.h"
 #include "scenarios.h"
 
 namespace e2e {
@@ -135,6 +136,7 @@ int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& share
            ctx.nodes, secondsSince(ctx.started), currentPhase().c_str(), reason.c_str());
     fflush(stdout);
     ctx.net.dumpTail(25);
+    for (const std::string& line : retransmitCounters()) say("port counters %s", line.c_str());
     if (ctx.rv) ctx.rv->abort(format("rank %d: %s", ctx.rank, reason.c_str()));
     fflush(stdout);
     fflush(stderr);

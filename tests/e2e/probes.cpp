@@ -160,6 +160,28 @@ long readPortCounter(const std::string& dev, int port, const std::string& name) 
   return v;
 }
 
+std::vector<std::string> retransmitCounters() {
+  std::vector<std::string> names;
+  if (DIR* d = opendir("/sys/class/infiniband")) {
+    while (struct dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> out;
+  for (const std::string& dev : names) {
+    std::string line = dev + ":";
+    for (const char* c : {"duplicate_request", "completer_retry_err", "out_of_seq_request", "rcvd_seq_err",
+                          "retry_exceeded_err", "rcvd_rnr_err", "sent_pkts", "rcvd_pkts"}) {
+      long v = readPortCounter(dev, 1, c);
+      if (v >= 0) line += format(" %s=%ld", c, v);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
 std::vector<std::string> labDevicesTowards(int peer) {
   std::vector<std::string> out;
   DIR* d = opendir("/sys/class/infiniband");

@@ -28,6 +28,11 @@ std::string diffResources(const RdmaResources& before, const RdmaResources& afte
 
 // /sys/class/infiniband/<dev>/ports/<port>/hw_counters/<name>, or -1.
 long readPortCounter(const std::string& dev, int port, const std::string& name);
+// One line per RDMA device with its port 1 retransmission counters, e.g.
+// "rxe_p1: duplicate_request=64 completer_retry_err=3 ..." (counters the provider lacks are
+// left out). For failure reports: retransmissions on a lab that should have none are the
+// first thing to rule out when a healthy link fails.
+std::vector<std::string> retransmitCounters();
 // RDMA devices whose name says they are cabled to `peer` in the lab: rxe_p<peer>,
 // rxe_p<peer>b, ... (sorted).
 std::vector<std::string> labDevicesTowards(int peer);
