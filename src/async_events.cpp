@@ -26,11 +26,10 @@ AsyncAction handleAsyncEvent(const std::string& device, const char* what, const 
       static_cast<Comm*>(ev.element.qp->qp_context)->markAsyncError(ev.event_type);
       return AsyncAction::FailedComm;
     case IBV_EVENT_PORT_ERR:
-    case IBV_EVENT_DEVICE_FATAL:
       MESH_WARN("%s: %s (port %d)", device.c_str(), what, ev.element.port_num);
       return AsyncAction::Warned;
-    case IBV_EVENT_CQ_ERR:
-      // The CQs are sized so that they cannot overflow; a CQ error is a provider fault.
+    case IBV_EVENT_DEVICE_FATAL:  // the element carries nothing for device events
+    case IBV_EVENT_CQ_ERR:        // the CQs cannot overflow by their sizing: a provider fault
       MESH_WARN("%s: %s", device.c_str(), what);
       return AsyncAction::Warned;
     default:

@@ -167,6 +167,7 @@ TEST_F(CommError, PortDeviceAndCqErrorsAreLoggedOtherEventsAreInfo) {
   ibv_async_event dev{};
   dev.event_type = IBV_EVENT_DEVICE_FATAL;
   EXPECT_EQ(handleAsyncEvent("rxe_p1", "local catastrophic error", dev), AsyncAction::Warned);
+  EXPECT_TRUE(lastWarns("rxe_p1: local catastrophic error")) << gWarnings.back();
   ibv_cq cq{};
   ibv_async_event cqErr{};
   cqErr.event_type = IBV_EVENT_CQ_ERR;
