@@ -80,10 +80,12 @@ void pump(Context& ctx, Stream* s, bool mayFail) {
       // flushed WR, the plugin names the WR that caused it once that one completes.
       Clock::time_point until = Clock::now() + std::chrono::milliseconds(500);
       while (Clock::now() < until) {
-        for (void** r : {&s->sreq[0], &s->sreq[1], &s->rreq[0], &s->rreq[1]}) {
-          int done = 0;
-          size_t got[1];
-          if (*r != nullptr && ctx.net->test(*r, &done, got, 1) == ncclSuccess && done) *r = nullptr;
+        for (int i = 0; i < kWindow; ++i) {
+          for (void** r : {&s->sreq[i], &s->rreq[i]}) {
+            int done = 0;
+            size_t got[1];
+            if (*r != nullptr && ctx.net->test(*r, &done, got, 1) == ncclSuccess && done) *r = nullptr;
+          }
         }
       }
       fail("%s %s rank %d failed with %s, but that link was never touched (last WARN: %s)", call,
