@@ -123,6 +123,34 @@ void requirePeerFailure(Context& ctx, ncclResult_t rc, const std::string& what, 
   }
 }
 
+struct SeenFailure {
+  ncclResult_t rc;
+  double after;  // seconds from telling rank 1 to die
+};
+
+// The survivor's half of peer-killed and mid-send, once `req` is in flight on `comm`:
+// publishes `ready` (rank 1 dies when it sees it), tests `req` until it fails with a
+// peer-failure code within `bound`, then deregisters `mh`, closes every comm and requires
+// everything released. `ifCompleted` is added to the message should the request complete.
+SeenFailure requestFailsThenReleased(Context& ctx, CommTable& t, const Snapshot& base, const std::string& mode,
+                                     const char* ready, void* comm, void* mh, void* req,
+                                     const std::string& what, const char* ifCompleted, double bound) {
+  ctx.rv->publish(ready, "");
+  Clock::time_point t0 = Clock::now();
+  setPhase(format("%s: testing %s (must fail within %.0f s)", mode.c_str(), what.c_str(), bound));
+  ncclResult_t rc = testUntilError(ctx, req, mode + ": " + what + ifCompleted, t0, bound);
+  double after = secondsSince(t0);
+  requirePeerFailure(ctx, rc, mode + ": test() on " + what, after);
+  say("%s: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s", mode.c_str(),
+      resultName(rc), after, bound, ctx.net.lastWarn().c_str());
+  setPhase(mode + ": closing the broken comm");
+  deregHost(ctx, comm, mh, mode + " buffer (after the error)");
+  closeAll(ctx, t);
+  requireReleased(base, mode);
+  checkHealthy(ctx, "after the dead peer");
+  return {rc, after};
+}
+
 // peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.
 std::string receiveMustFail(Context& ctx, double bound) {
   Snapshot base = stableSnapshot(5);
@@ -137,21 +165,10 @@ std::string receiveMustFail(Context& ctx, double bound) {
 
   setPhase("peer-killed: posting the receive that rank 1 dies under");
   void* req = postRecv(ctx, recvComm, buf.data(), 4096, 2, mh, "peer-killed: irecv rank0<-rank1 before rank 1 dies");
-  ctx.rv->publish("posted.0", "");
-  Clock::time_point t0 = Clock::now();
-  setPhase(format("peer-killed: rank 0 testing the receive (must fail within %.0f s)", bound));
-  ncclResult_t rc = testUntilError(ctx, req, "peer-killed: the receive from the killed rank 1", t0, bound);
-  double errorAfter = secondsSince(t0);
-  requirePeerFailure(ctx, rc, "peer-killed: test() on the receive", errorAfter);
-  say("peer-killed: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s",
-      resultName(rc), errorAfter, bound, ctx.net.lastWarn().c_str());
-  setPhase("peer-killed: closing the broken comm");
-  deregHost(ctx, recvComm, mh, "peer-killed recv buffer (after the error)");
-  closeAll(ctx, t);
-  requireReleased(base, "peer-killed");
-  checkHealthy(ctx, "after the dead peer");
-  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f released", resultName(rc),
-                errorAfter, bound);
+  SeenFailure seen = requestFailsThenReleased(ctx, t, base, "peer-killed", "posted.0", recvComm, mh, req,
+                                              "the receive from the killed rank 1", "", bound);
+  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f released", resultName(seen.rc),
+                seen.after, bound);
 }
 
 // idle, rank 0: comms both ways, proven with one exchange, then idle while rank 1 is
@@ -243,21 +260,11 @@ std::string sendMustFail(Context& ctx, size_t size, double bound) {
   size_t got[1];
   ctx.net.check(ctx.net->test(req, &done, got, 1), "test", "mid-send: first test of the send");
   if (done) fail("mid-send: the %s send completed at once; use a larger --size", humanBytes(size).c_str());
-  ctx.rv->publish("sending.0", "");
-  Clock::time_point t0 = Clock::now();
-  setPhase(format("mid-send: testing the send rank 1 dies under (must fail within %.0f s)", bound));
-  ncclResult_t rc = testUntilError(ctx, req, "mid-send: the send to the dead rank 1 (use a larger --size if it won the race)", t0, bound);
-  double errorAfter = secondsSince(t0);
-  requirePeerFailure(ctx, rc, "mid-send: test() on the send", errorAfter);
-  say("mid-send: test() returned %s %.3f s after rank 1 was told to die (bound %.0f s); WARN: %s",
-      resultName(rc), errorAfter, bound, ctx.net.lastWarn().c_str());
-  setPhase("mid-send: closing the broken comm");
-  deregHost(ctx, sendComm, mh, "mid-send buffer (after the error)");
-  closeAll(ctx, t);
-  requireReleased(base, "mid-send");
-  checkHealthy(ctx, "after the dead peer");
+  SeenFailure seen = requestFailsThenReleased(ctx, t, base, "mid-send", "sending.0", sendComm, mh, req,
+                                              "the send to the dead rank 1",
+                                              " (use a larger --size if it won the race)", bound);
   return format("mode=mid-send size=%zu test_error=%s error_after_s=%.3f bound_s=%.0f released", size,
-                resultName(rc), errorAfter, bound);
+                resultName(seen.rc), seen.after, bound);
 }
 
 [[noreturn]] void midSendVictim(Context& ctx, size_t size) {
