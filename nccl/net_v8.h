@@ -1,5 +1,5 @@
 /*
- * NCCL network plugin ABI, version 8 (NCCL 2.19+ loads it as "ncclNetPlugin_v8").
+ * NCCL network plugin ABI, version 8 (NCCL 2.20+ loads it as "ncclNetPlugin_v8").
  * Written for nccl-mesh from the published ABI facts. Every offset NCCL relies on is
  * pinned below with static_assert (x86-64 / aarch64 LP64).
  */
