@@ -56,6 +56,10 @@ bool parseEntry(const std::string& raw, HcaFilter::Entry* entry, std::string* wh
   return true;
 }
 
+bool nameMatches(const HcaFilter& filter, const HcaFilter::Entry& entry, const std::string& device) {
+  return filter.exact ? device == entry.name : device.compare(0, entry.name.size(), entry.name) == 0;
+}
+
 }  // namespace
 
 HcaFilter parseHcaFilter(const std::string& spec, std::string* error) {
@@ -73,7 +77,7 @@ HcaFilter parseHcaFilter(const std::string& spec, std::string* error) {
     // "^" or "=" alone names nothing; treating it as "no filter" is the only reading
     // that does not disable every device, but the user meant something, so say so.
     if (filter.exclude || filter.exact) {
-      appendError(error, "NCCL_MESH_HCA='" + spec + "' names no device; ignoring it");
+      appendError(error, "'" + trim(spec) + "' names no device; ignoring it");
     }
     return HcaFilter{};
   }
@@ -86,7 +90,7 @@ HcaFilter parseHcaFilter(const std::string& spec, std::string* error) {
     if (parseEntry(rest.substr(start, comma - start), &entry, &why)) {
       filter.entries.push_back(entry);
     } else {
-      appendError(error, "NCCL_MESH_HCA: " + why + ", skipped");
+      appendError(error, why + ", skipped");
     }
     start = comma + 1;
   }
@@ -97,13 +101,34 @@ bool hcaMatches(const HcaFilter& filter, const std::string& device, int port) {
   if (filter.entries.empty()) return true;
   bool listed = false;
   for (const HcaFilter::Entry& e : filter.entries) {
-    bool nameOk = filter.exact ? device == e.name : device.compare(0, e.name.size(), e.name) == 0;
-    if (nameOk && (e.port == -1 || e.port == port)) {
+    if (nameMatches(filter, e, device) && (e.port == -1 || e.port == port)) {
       listed = true;
       break;
     }
   }
   return filter.exclude ? !listed : listed;
+}
+
+std::string hcaEntryText(const HcaFilter::Entry& entry) {
+  return entry.port == -1 ? entry.name : entry.name + ":" + std::to_string(entry.port);
+}
+
+std::vector<HcaFilter::Entry> unmatchedHcaEntries(const HcaFilter& filter,
+                                                  const std::vector<HcaDevice>& devices) {
+  std::vector<HcaFilter::Entry> unmatched;
+  if (filter.exclude) return unmatched;  // excluding something absent is harmless
+  for (const HcaFilter::Entry& e : filter.entries) {
+    bool found = false;
+    for (const HcaDevice& d : devices) {
+      bool portOk = e.port == -1 || d.portCount < 0 || e.port <= d.portCount;
+      if (nameMatches(filter, e, d.name) && portOk) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) unmatched.push_back(e);
+  }
+  return unmatched;
 }
 
 }  // namespace mesh

@@ -285,6 +285,20 @@ bool probePort(const VerbsApi& api, const VerbsDevice& dev, int deviceIndex, int
   return true;
 }
 
+// An include entry that selects no device is almost always a typo or a missing NIC, and
+// otherwise shows only as fewer ports than expected.
+void warnUnmatchedHcaEntries(const HcaFilter& filter, const std::string& spec,
+                             const std::vector<HcaDevice>& devices) {
+  std::vector<HcaFilter::Entry> unmatched = unmatchedHcaEntries(filter, devices);
+  if (unmatched.empty()) return;
+  std::string names;
+  for (const HcaDevice& d : devices) names += (names.empty() ? "" : ", ") + d.name;
+  for (const HcaFilter::Entry& e : unmatched) {
+    MESH_WARN("NCCL_MESH_HCA='%s': entry '%s' matches no RDMA device (devices here: %s)",
+              spec.c_str(), hcaEntryText(e).c_str(), names.c_str());
+  }
+}
+
 }  // namespace
 
 ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery* out) {
@@ -292,7 +306,7 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
   out->devices.clear();
   std::string filterError;
   HcaFilter filter = parseHcaFilter(config.hca, &filterError);
-  if (!filterError.empty()) MESH_WARN("NCCL_MESH_HCA: %s", filterError.c_str());
+  if (!filterError.empty()) MESH_WARN("NCCL_MESH_HCA='%s': %s", config.hca.c_str(), filterError.c_str());
 
   int ndev = 0;
   ibv_device** list = api.getDeviceList(&ndev);
@@ -311,8 +325,10 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
     ifs = nullptr;
   }
   bool gdr = gdrAvailable();
+  std::vector<HcaDevice> seen;  // every device listed, for the NCCL_MESH_HCA check below
   for (int d = 0; d < ndev; ++d) {
     std::string name = api.getDeviceName(list[d]);
+    seen.push_back({name, -1});
     ibv_context* ctx = api.openDevice(list[d]);
     if (ctx == nullptr) {
       MESH_INFO(NCCL_INIT, "%s skipped: ibv_open_device failed: %s", name.c_str(), strerror(errno));
@@ -320,6 +336,7 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
     }
     auto dev = std::make_unique<VerbsDevice>(&api, name, ctx);
     if (dev->open() != ncclSuccess) continue;
+    seen.back().portCount = dev->attr().phys_port_cnt;
     size_t before = out->ports.size();
     for (int p = 1; p <= dev->attr().phys_port_cnt; ++p) {
       if (!hcaMatches(filter, name, p)) {
@@ -336,6 +353,7 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
   }
   if (ifs != nullptr) freeifaddrs(ifs);
   api.freeDeviceList(list);
+  warnUnmatchedHcaEntries(filter, config.hca, seen);
   return ncclSuccess;
 }
 

@@ -23,8 +23,22 @@ struct HcaFilter {
 };
 
 // Parses a filter; malformed entries (empty names, bad port numbers) are reported in
-// *error (if given) and skipped.
+// *error (if given) and skipped. The messages do not name the variable: the caller does.
 HcaFilter parseHcaFilter(const std::string& spec, std::string* error = nullptr);
 bool hcaMatches(const HcaFilter& filter, const std::string& device, int port);
+
+// An RDMA device as the filter sees it: its name and how many ports it has (-1: unknown,
+// e.g. a device that could not be opened; any port number then counts as present).
+struct HcaDevice {
+  std::string name;
+  int portCount = -1;
+};
+// The entries of an include filter that select nothing among `devices` (a typo, or a NIC
+// that is missing): each deserves a warning, since the user asked for that device by name.
+// Always empty for an exclude filter ('^').
+std::vector<HcaFilter::Entry> unmatchedHcaEntries(const HcaFilter& filter,
+                                                  const std::vector<HcaDevice>& devices);
+// "name" or "name:port", as the user wrote the entry.
+std::string hcaEntryText(const HcaFilter::Entry& entry);
 
 }  // namespace mesh
