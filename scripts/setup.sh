@@ -118,7 +118,9 @@ install_packages() {
 
 build() {
   local start=$SECONDS
-  quietly "cmake configure" cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  # Tests and -Werror are off for consumers (CMakeLists.txt); developers and CI want both.
+  quietly "cmake configure" cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMESH_BUILD_TESTS=ON -DMESH_WERROR=ON
   quietly "build" cmake --build "$BUILD_DIR" -j"$(nproc)"
   echo "setup: build: build/ (RelWithDebInfo) ok ($((SECONDS - start)) s)"
 }

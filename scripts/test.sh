@@ -83,7 +83,8 @@ sanitized_run() {
   local name=$1 flags=$2 filter=$3 dir="$REPO/build-$1" rc line
   mkdir -p "$LOG_DIR"
   echo "-- $name: building unit tests with -fsanitize=$flags in ${dir#"$REPO"/}"
-  if ! { cmake -S "$REPO" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE="$flags" &&
+  if ! { cmake -S "$REPO" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE="$flags" \
+           -DMESH_BUILD_TESTS=ON -DMESH_WERROR=ON &&
          cmake --build "$dir" -j "$(nproc)" --target mesh_unit_tests; } >"$LOG_DIR/$name-build.log" 2>&1; then
     tail -n 30 "$LOG_DIR/$name-build.log"
     fail sanitize "$name build failed (log: $LOG_DIR/$name-build.log)"

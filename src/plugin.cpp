@@ -8,6 +8,7 @@
 #include "mesh/async_events.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/version.h"
 
 namespace mesh {
 
@@ -24,6 +25,7 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
   std::lock_guard<std::mutex> lock(initMutex_);
   if (logger != nullptr) setLogger(logger);
   if (initialized_) return ncclSuccess;
+  MESH_INFO(NCCL_INIT | NCCL_NET, "%s", versionText().c_str());
 
   std::vector<std::string> warnings;
   config_ = loadConfig([](const char* name) { return getenv(name); }, &warnings);

@@ -17,6 +17,7 @@
 #include "mesh/nic_discovery.h"
 #include "mesh/plugin.h"
 #include "mesh/subnet_routing.h"
+#include "mesh/version.h"
 
 namespace {
 
@@ -27,6 +28,7 @@ constexpr int kExitUsage = 64;  // EX_USAGE
 
 const char kUsage[] =
     "usage: nccl-mesh-info [-v] [--json] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
+    "       nccl-mesh-info --settings | --version | --help\n"
     "\n"
     "Shows what the nccl-mesh plugin finds on this node: every usable RoCEv2 port (an\n"
     "ACTIVE Ethernet RDMA port with an IPv4 address), the devices NCCL is offered, and how\n"
@@ -42,6 +44,7 @@ const char kUsage[] =
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
     "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
     "                table and exit\n"
+    "  --version     print the version (and git revision) and exit\n"
     "  -h, --help    this text\n"
     "\n"
     "Settings come from the environment as for the plugin (NCCL_MESH_HCA, NCCL_MESH_DEVICES,\n"
@@ -69,6 +72,7 @@ struct Options {
   bool verbose = false;
   bool json = false;
   bool settings = false;
+  bool version = false;
   std::vector<PeerSpec> peers;
 };
 
@@ -115,6 +119,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->json = true;
     } else if (arg == "--settings") {
       opt->settings = true;
+    } else if (arg == "--version") {
+      opt->version = true;
     } else if (arg == "--peer" || arg.rfind("--peer=", 0) == 0) {
       std::string value;
       if (arg != "--peer") {
@@ -308,6 +314,18 @@ void printRoutes(const std::vector<PeerRoutes>& routes, const mesh::Discovery& d
   }
 }
 
+// One line saying why no port is usable, for --json (the text output has printNoPortHint).
+std::string noPortReason(const mesh::Plugin& plugin) {
+  if (plugin.verbs().libHandle == nullptr) {
+    return "libibverbs (" + plugin.config().ibverbsLib +
+           ") could not be loaded: rdma-core is not installed, or NCCL_MESH_IBVERBS_LIB is wrong";
+  }
+  if (!plugin.discovery().emptyReason.empty()) return plugin.discovery().emptyReason;
+  std::string reason = "no ACTIVE RoCE (Ethernet) RDMA port with an IPv4 address on its netdev";
+  if (!plugin.config().hca.empty()) reason += " passed NCCL_MESH_HCA='" + plugin.config().hca + "'";
+  return reason + "; run with -v to see why each port was skipped";
+}
+
 void printNoPortHint(const mesh::Plugin& plugin) {
   if (plugin.verbs().libHandle == nullptr) {
     printf("\nhint: no usable RDMA port: libibverbs (%s) could not be loaded. Install\n"
@@ -395,7 +413,9 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
     const mesh::NetDevice* dev = nullptr;
     if (plugin.device(i, &dev) == ncclSuccess) devices.push_back(*dev);
   }
-  printf("{\n  \"verbs_loaded\": %s,\n", plugin.verbs().libHandle != nullptr ? "true" : "false");
+  printf("{\n  \"version\": %s,\n", jsonString(mesh::versionText()).c_str());
+  printf("  \"verbs_loaded\": %s,\n", plugin.verbs().libHandle != nullptr ? "true" : "false");
+  if (d.ports.empty()) printf("  \"reason\": %s,\n", jsonString(noPortReason(plugin)).c_str());
   printf("  \"ports\": %s,\n", jsonList(d.ports, jsonPort).c_str());
   printf("  \"devices\": %s,\n",
          jsonList(devices, [&](const mesh::NetDevice& n) { return jsonDevice(n, d); }).c_str());
@@ -442,6 +462,10 @@ int main(int argc, char** argv) {
   }
   if (opt.help) {
     fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (opt.version) {
+    printf("nccl-mesh-info: %s\n", mesh::versionText().c_str());
     return kExitOk;
   }
   if (opt.settings) {

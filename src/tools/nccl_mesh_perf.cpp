@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "mesh/version.h"
 #include "net_v8.h"
 
 namespace {
@@ -189,6 +190,9 @@ Options parseArgs(int argc, char** argv) {
     };
     if (a == "-h" || a == "--help") {
       usage(stdout);
+      exit(0);
+    } else if (a == "--version") {
+      printf("nccl-mesh-perf: %s\n", mesh::versionText().c_str());
       exit(0);
     } else if (a == "--rank") o.rank = atoi(value().c_str());
     else if (a == "--rendezvous") o.rendezvous = value();

@@ -20,7 +20,8 @@ log=$(mktemp -d /tmp/mesh-sanitized-lab.XXXXXX)
 trap 'rm -rf "$log"' EXIT
 
 echo "-- building nccl-net-mesh and mesh_e2e with -fsanitize=address,undefined in $asan"
-if ! { cmake -S "$repo" -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE=address,undefined &&
+if ! { cmake -S "$repo" -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE=address,undefined \
+         -DMESH_BUILD_TESTS=ON -DMESH_WERROR=ON &&
        cmake --build "$asan" -j "$(nproc)" --target nccl-net-mesh mesh_e2e; } >"$log/build.log" 2>&1; then
   tail -n 40 "$log/build.log"
   echo "FAIL sanitized-lab: the sanitizer build failed"
