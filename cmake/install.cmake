@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+# What `cmake --install` puts where, and the packages `cpack` builds from it (included by
+# CMakeLists.txt once the plugin and tool targets exist).
+#
+#   <prefix>/lib/libnccl-net-mesh.so           stripped; debug info in lib/.debug/
+#   <prefix>/bin/nccl-mesh-info, nccl-mesh-perf stripped; debug info in bin/.debug/
+#   <prefix>/share/doc/nccl-mesh/               README.md, CHANGELOG.md, LICENSE
+#
+# cpack (run in the build tree) writes nccl-mesh_<version>_<arch>.deb (files under /usr)
+# and nccl-mesh-<version>-Linux.tar.gz (a relocatable tree: unpack anywhere).
+
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+              ${PROJECT_SOURCE_DIR}/LICENSE
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/nccl-mesh)
+
+# --- stripped binaries, debug info split out (gdb finds it through .gnu_debuglink) ------
+option(MESH_SPLIT_DEBUG "Install stripped binaries with their debug info in .debug/ beside them" ON)
+if(MESH_SPLIT_DEBUG AND NOT CMAKE_OBJCOPY)
+  message(WARNING "objcopy not found (binutils): installing unstripped binaries")
+endif()
+if(MESH_SPLIT_DEBUG AND CMAKE_OBJCOPY)
+  set(mesh_split_files ${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:nccl-net-mesh>)
+  foreach(tool_src ${MESH_TOOL_SOURCES})
+    get_filename_component(tool_name ${tool_src} NAME_WE)
+    string(REPLACE "_" "-" tool_name ${tool_name})
+    list(APPEND mesh_split_files ${CMAKE_INSTALL_BINDIR}/$<TARGET_FILE_NAME:${tool_name}>)
+  endforeach()
+  install(CODE "set(MESH_OBJCOPY \"${CMAKE_OBJCOPY}\")
+set(MESH_SPLIT_FILES \"${mesh_split_files}\")
+include(\"${PROJECT_SOURCE_DIR}/cmake/split_debug.cmake\")")
+endif()
+
+# --- cpack: a .deb and a .tar.gz ------------------------------------------------------------
+set(CPACK_PACKAGE_NAME nccl-mesh)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_VENDOR "The nccl-mesh authors")
+set(CPACK_PACKAGE_CONTACT "The nccl-mesh authors")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "NCCL network plugin for switchless RoCEv2 meshes (every cable its own subnet)")
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
+set(CPACK_GENERATOR "DEB;TGZ")
+set(CPACK_STRIP_FILES OFF)  # done above, keeping the debug info
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION net)
+# The plugin dlopen()s libibverbs at run time (no link-time dependency); without it the
+# plugin reports zero devices, so it is recommended rather than required.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libibverbs1, ibverbs-providers")
+find_program(MESH_DPKG_SHLIBDEPS dpkg-shlibdeps)
+if(MESH_DPKG_SHLIBDEPS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # libc6, libstdc++6, libgcc-s1 from the binaries
+endif()
+set(CPACK_SOURCE_IGNORE_FILES "/build[^/]*/;/\\\\.git/")
+include(CPack)

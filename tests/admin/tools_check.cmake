@@ -1,0 +1,50 @@
+# SPDX-License-Identifier: Apache-2.0
+# admin_tools: what an admin sees first from the two tools, on any machine (no RDMA needed).
+#   cmake -DINFO=... -DPERF=... -DVERSION=x.y.z -P tools_check.cmake
+# --version on both tools; --settings in nccl-mesh-info's usage line; the JSON names a reason
+# when no port is usable; a malformed NCCL_MESH_HCA entry is reported once, with the
+# variable named once.
+foreach(var INFO PERF VERSION)
+  if(NOT ${var})
+    message(FATAL_ERROR "${var} not set")
+  endif()
+endforeach()
+
+# check(<name> <expected exit or ANY> <regex the output must match> [NOT <regex it must not match>]
+#       -- COMMAND...)
+function(check name expected_rc regex)
+  cmake_parse_arguments(C "" "NOT" "" ${ARGN})
+  execute_process(COMMAND ${C_UNPARSED_ARGUMENTS} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  set(all "${out}${err}")
+  if(NOT expected_rc STREQUAL "ANY" AND NOT rc STREQUAL "${expected_rc}")
+    message(SEND_ERROR "${name}: exit status ${rc}, expected ${expected_rc}\n${all}")
+  elseif(NOT all MATCHES "${regex}")
+    message(SEND_ERROR "${name}: output does not match '${regex}'\n${all}")
+  elseif(C_NOT AND all MATCHES "${C_NOT}")
+    message(SEND_ERROR "${name}: output matches '${C_NOT}'\n${all}")
+  else()
+    message(STATUS "${name}: ok (exit ${rc})")
+  endif()
+endfunction()
+
+string(REPLACE "." "\\." version_re "${VERSION}")
+check("nccl-mesh-info --version" 0 "^nccl-mesh-info: nccl-mesh ${version_re}( \\(git [0-9a-f]+(-dirty)?\\))?\n$"
+      ${INFO} --version)
+check("nccl-mesh-perf --version" 0 "^nccl-mesh-perf: nccl-mesh ${version_re}( \\(git [0-9a-f]+(-dirty)?\\))?\n$"
+      ${PERF} --version)
+check("usage line lists --settings" 0 "usage: nccl-mesh-info [^\n]*\n[^\n]*--settings" ${INFO} --help)
+check("nccl-mesh-info usage on a bad option names --version" 64 "--version" ${INFO} --frob)
+
+set(ENV{NCCL_MESH_IBVERBS_LIB} "/nonexistent/libibverbs.so.1")
+check("JSON gives the reason for 0 ports" 1
+      "\"reason\": \"libibverbs \\(/nonexistent/libibverbs.so.1\\) could not be loaded[^\n]*\n  \"ports\": \\[\\]"
+      ${INFO} --json)
+unset(ENV{NCCL_MESH_IBVERBS_LIB})
+
+set(ENV{NCCL_MESH_HCA} "mlx5_0:x")
+check("a malformed NCCL_MESH_HCA entry: one WARN, the variable named once" ANY
+      "WARN NET/Mesh : NCCL_MESH_HCA='mlx5_0:x': entry 'mlx5_0:x' has port 'x'"
+      NOT "NCCL_MESH_HCA: NCCL_MESH_HCA|NCCL_MESH_HCA='mlx5_0:x': NCCL_MESH_HCA"
+      ${INFO})
+unset(ENV{NCCL_MESH_HCA})
