@@ -5,6 +5,7 @@
 #   <prefix>/lib/libnccl-net-mesh.so           stripped; debug info in lib/.debug/
 #   <prefix>/bin/nccl-mesh-info, nccl-mesh-perf stripped; debug info in bin/.debug/
 #   <prefix>/share/doc/nccl-mesh/               README.md, CHANGELOG.md, LICENSE
+#   <prefix>/share/nccl-mesh/plot-perf.py       optional PNG plot of nccl-mesh-perf's CSV
 #
 # cpack (run in the build tree) writes nccl-mesh_<version>_<arch>.deb (files under /usr)
 # and nccl-mesh-<version>-Linux.tar.gz (a relocatable tree: unpack anywhere).
@@ -12,6 +13,8 @@
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
               ${PROJECT_SOURCE_DIR}/LICENSE
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/nccl-mesh)
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/plot-perf.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/nccl-mesh)
 
 # --- stripped binaries, debug info split out (gdb finds it through .gnu_debuglink) ------
 option(MESH_SPLIT_DEBUG "Install stripped binaries with their debug info in .debug/ beside them" ON)

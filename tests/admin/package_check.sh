@@ -47,6 +47,7 @@ check_tree() {
     for doc in README.md CHANGELOG.md LICENSE; do
         [ -s "$root/share/doc/nccl-mesh/$doc" ] || fail "share/doc/nccl-mesh/$doc missing"
     done
+    [ -x "$root/share/nccl-mesh/plot-perf.py" ] || fail "share/nccl-mesh/plot-perf.py missing"
     grep -qF "$source" "$lib" && fail "the installed plugin contains the build's source path $source"
     env -u LD_LIBRARY_PATH "$loader" --init "$lib" || fail "loading $lib by absolute path"
     env LD_LIBRARY_PATH="$root/lib" "$loader" --expect-file "$lib" mesh ||
