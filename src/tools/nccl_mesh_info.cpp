@@ -3,10 +3,13 @@
 // the devices NCCL would be offered, and, for each --peer, the local port(s) the subnet
 // routing picks to reach it. Exit status: 0 all good, 1 no usable port, 2 a peer has no
 // route, 64 bad command line.
+// --probe PEER / --serve test the cables to another node end to end (src/probe.cpp), with
+// the exit statuses of mesh/probe.h.
 #include <arpa/inet.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,6 +19,8 @@
 #include "mesh/log.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/plugin.h"
+#include "mesh/probe.h"
+#include "mesh/probe_plan.h"
 #include "mesh/subnet_routing.h"
 #include "mesh/version.h"
 
@@ -28,6 +33,8 @@ constexpr int kExitUsage = 64;  // EX_USAGE
 
 const char kUsage[] =
     "usage: nccl-mesh-info [-v] [--json] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
+    "       nccl-mesh-info --probe PEER[:PORT] [--timeout S] [-v]\n"
+    "       nccl-mesh-info --serve [--port PORT] [--bind ADDR] [--once [--timeout S]] [-v]\n"
     "       nccl-mesh-info --settings | --version | --help\n"
     "\n"
     "Shows what the nccl-mesh plugin finds on this node: every usable RoCEv2 port (an\n"
@@ -40,6 +47,18 @@ const char kUsage[] =
     "                /LEN gets the prefix length of the longest local prefix that contains\n"
     "                it (so it routes exactly when it is on a local link), or /32 if none.\n"
     "                Every parallel link to the peer is listed.\n"
+    "  --probe PEER  check end to end that every cable between this node and PEER carries\n"
+    "                RDMA: for each local port that shares a subnet with a port of PEER, a QP\n"
+    "                connection through the plugin and one verified 64 KiB RDMA write, each\n"
+    "                port alone. PEER is PEER's name or address on the management network,\n"
+    "                where `nccl-mesh-info --serve` must be running (default port 18601).\n"
+    "                Exit status: 0 every cable OK; 1 no usable port here; 2 no cable to\n"
+    "                PEER (both sides' subnets are named); 3 a cable failed (port, subnet and\n"
+    "                the error are named); 4 PEER's responder unreachable; 64 bad command line\n"
+    "  --serve       answer --probe from other nodes (TCP --port, default 18601, on --bind,\n"
+    "                default every interface); runs until killed, or one probe with --once\n"
+    "  --timeout S   --probe: seconds per cable and to reach PEER (10); --serve --once: how\n"
+    "                long to wait for a prober (0 = for ever)\n"
     "  --json        machine-readable output on stdout\n"
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
     "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
@@ -73,6 +92,12 @@ struct Options {
   bool json = false;
   bool settings = false;
   bool version = false;
+  std::string probe;  // --probe PEER
+  bool serve = false;
+  bool once = false;
+  int port = mesh::kProbeDefaultPort;
+  std::string bind;
+  double timeout = -1;  // -1: the mode's default
   std::vector<PeerSpec> peers;
 };
 
@@ -121,6 +146,35 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->settings = true;
     } else if (arg == "--version") {
       opt->version = true;
+    } else if (arg == "--serve") {
+      opt->serve = true;
+    } else if (arg == "--once") {
+      opt->once = true;
+    } else if (arg == "--probe" || arg == "--port" || arg == "--bind" || arg == "--timeout") {
+      if (i + 1 >= argc) {
+        *error = arg + " needs a value";
+        return false;
+      }
+      std::string value = argv[++i];
+      char* end = nullptr;
+      if (arg == "--probe") {
+        opt->probe = value;
+      } else if (arg == "--bind") {
+        opt->bind = value;
+      } else if (arg == "--port") {
+        long v = strtol(value.c_str(), &end, 10);
+        if (*end != '\0' || v < 0 || v > 65535) {
+          *error = "--port: '" + value + "' is not a port number (0..65535)";
+          return false;
+        }
+        opt->port = static_cast<int>(v);
+      } else {
+        opt->timeout = strtod(value.c_str(), &end);
+        if (*end != '\0' || !(opt->timeout >= 0)) {
+          *error = "--timeout: '" + value + "' is not a number of seconds";
+          return false;
+        }
+      }
     } else if (arg == "--peer" || arg.rfind("--peer=", 0) == 0) {
       std::string value;
       if (arg != "--peer") {
@@ -474,6 +528,26 @@ int main(int argc, char** argv) {
       printf("| `%s` | %s | %s |\n", s.name, *s.defaultText ? (std::string("`") + s.defaultText + "`").c_str() : "(empty)", s.doc);
     }
     return kExitOk;
+  }
+  if (!opt.probe.empty()) {
+    mesh::ProbeOptions p;
+    p.peer = opt.probe;
+    if (opt.timeout > 0) p.timeoutS = opt.timeout;
+    p.verbose = opt.verbose;
+    int status = mesh::runProbe(p);
+    mesh::Plugin::instance().shutdown();
+    return status;
+  }
+  if (opt.serve) {
+    mesh::ServeOptions s;
+    s.bind = opt.bind;
+    s.port = opt.port;
+    s.once = opt.once;
+    s.timeoutS = opt.timeout > 0 ? opt.timeout : 0;
+    s.verbose = opt.verbose;
+    int status = mesh::runServe(s);
+    mesh::Plugin::instance().shutdown();
+    return status;
   }
   if (opt.verbose) mesh::setFallbackLevel(NCCL_LOG_INFO);
   int status = report(opt);

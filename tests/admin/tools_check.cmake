@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # admin_tools: what an admin sees first from the two tools, on any machine (no RDMA needed).
 #   cmake -DINFO=... -DPERF=... -DVERSION=x.y.z -P tools_check.cmake
-# --version on both tools; --settings in nccl-mesh-info's usage line; the JSON names a reason
+# --version on both tools; --settings, --probe, --serve in nccl-mesh-info's usage; --probe and
+# --serve without a port, and their command-line errors; the JSON names a reason
 # when no port is usable; a malformed NCCL_MESH_HCA entry is reported once, with the
 # variable named once.
 foreach(var INFO PERF VERSION)
@@ -33,10 +34,16 @@ check("nccl-mesh-info --version" 0 "^nccl-mesh-info: nccl-mesh ${version_re}( \\
       ${INFO} --version)
 check("nccl-mesh-perf --version" 0 "^nccl-mesh-perf: nccl-mesh ${version_re}( \\(git [0-9a-f]+(-dirty)?\\))?\n$"
       ${PERF} --version)
-check("usage line lists --settings" 0 "usage: nccl-mesh-info [^\n]*\n[^\n]*--settings" ${INFO} --help)
+check("usage lines list --settings, --probe and --serve" 0
+      "usage: nccl-mesh-info [^\n]*\n +nccl-mesh-info --probe PEER[^\n]*\n +nccl-mesh-info --serve[^\n]*\n +nccl-mesh-info --settings"
+      ${INFO} --help)
 check("nccl-mesh-info usage on a bad option names --version" 64 "--version" ${INFO} --frob)
 
 set(ENV{NCCL_MESH_IBVERBS_LIB} "/nonexistent/libibverbs.so.1")
+check("--probe on a node without a port" 1 "^probe: this node .*\nverdict: NO PORT: no RDMA: " ${INFO} --probe 127.0.0.1)
+check("--serve on a node without a port" 1 "--serve: no RDMA: " ${INFO} --serve --once)
+check("--probe with a bad port" 64 "--probe 'h:0': the port must be a number" ${INFO} --probe h:0)
+check("--probe without a value" 64 "--probe needs a value" ${INFO} --probe)
 check("JSON gives the reason for 0 ports" 1
       "\"reason\": \"libibverbs \\(/nonexistent/libibverbs.so.1\\) could not be loaded[^\n]*\n  \"ports\": \\[\\]"
       ${INFO} --json)
