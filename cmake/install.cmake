@@ -48,9 +48,14 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # The plugin dlopen()s libibverbs at run time (no link-time dependency); without it the
 # plugin reports zero devices, so it is recommended rather than required.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libibverbs1, ibverbs-providers")
+# Dependencies from the binaries (dpkg-shlibdeps, which CPack runs through `file`); without
+# those tools, the same packages unversioned.
 find_program(MESH_DPKG_SHLIBDEPS dpkg-shlibdeps)
-if(MESH_DPKG_SHLIBDEPS)
-  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # libc6, libstdc++6, libgcc-s1 from the binaries
+find_program(MESH_FILE_TOOL file)
+if(MESH_DPKG_SHLIBDEPS AND MESH_FILE_TOOL)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+else()
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6, libstdc++6, libgcc-s1")
 endif()
 set(CPACK_SOURCE_IGNORE_FILES "/build[^/]*/;/\\\\.git/")
 include(CPack)

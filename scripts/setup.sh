@@ -23,7 +23,7 @@ EOF
 
 # Building and the unit/abi tiers.
 REQUIRED_PACKAGES=(
-  build-essential cmake g++ pkg-config binutils python3 iproute2
+  build-essential cmake g++ pkg-config binutils file python3 iproute2
   libgtest-dev googletest libgmock-dev
   rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
 )
