@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nccl-mesh-info: what the plugin would see on this node, without NCCL. Runs the plugin
 // core's own init (settings, verbs loader, NIC discovery), prints every usable RoCE port,
 // the devices NCCL would be offered, and, for each --peer, the local port(s) the subnet

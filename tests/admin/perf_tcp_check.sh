@@ -43,12 +43,12 @@ for _ in $(seq 1 100); do  # the server prints its port once it listens (bounded
 done
 [ -n "$port" ] || { cat "$tmp/server.out"; echo "FAIL admin_perf_tcp ($mode): the server never listened"; exit 1; }
 VMESH_RANK=0 "$perf" --client "127.0.0.1:$port" "${sizes[@]}" --csv "$tmp/r.csv" --json "$tmp/r.json" \
-    >"$tmp/client.out" 2>&1
+    --progress >"$tmp/client.out" 2>"$tmp/client.err"
 client_rc=$?
 wait "$server_pid"
 server_rc=$?
 server_pid=
-echo "--- client (exit $client_rc)"; cat "$tmp/client.out"
+echo "--- client (exit $client_rc)"; cat "$tmp/client.out" "$tmp/client.err"
 echo "--- server (exit $server_rc)"; cat "$tmp/server.out"
 
 if [ "$mode" = ok ]; then
@@ -58,6 +58,10 @@ if [ "$mode" = ok ]; then
         fail "no 1 MiB bandwidth row with #wrong 0"
     grep -q "ranks met through TCP 127.0.0.1:$port" "$tmp/client.out" || fail "the report does not name the server"
     grep -q "data check: 0 byte(s) wrong in what rank 1 received" "$tmp/server.out" || fail "the server's check line"
+    # --progress without a terminal: whole lines on stderr, none on stdout.
+    # (at most one line every 2 s: this short run shows the first)
+    grep -q "^nccl-mesh-perf: latency 1/2: 8 B$" "$tmp/client.err" || fail "no progress line on stderr"
+    grep -q "^nccl-mesh-perf: latency" "$tmp/client.out" && fail "progress lines on stdout"
     [ "$(grep -c '^bandwidth,' "$tmp/r.csv")" = 3 ] && [ "$(grep -c '^latency,' "$tmp/r.csv")" = 2 ] ||
         fail "the CSV does not have 3 bandwidth and 2 latency rows"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["wrong"]==0 and len(d["bandwidth"])==3, d' \
