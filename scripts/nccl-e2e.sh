@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# nccl-e2e.sh: real NCCL (through PyTorch) drives the plugin on a GPU machine, side by side
+# with NCCL's own IB transport on the same links.
+#
+# Every rank is its own NCCL node (NCCL_HOSTID) in its own network namespace, cabled by
+# scripts/fabric-net exactly like the QEMU lab (p<j> = the port cabled to node j), with the
+# userspace RoCE fabric (tests/fabric) as the RDMA devices: the GPU machine's kernel has no
+# RDMA. All ranks share the machine's one GPU. GPUDirect is off (NCCL_NET_GDR_LEVEL=LOC):
+# the fabric serves host memory only, so NCCL stages through host buffers, as it does on a
+# DGX Spark.
+#
+# Scenarios (each: one fabric-net run; logs and JSON rows under --out):
+#   tri-plugin      3-node triangle, NCCL_NET_PLUGIN=mesh NCCL_NET=Mesh: all_reduce,
+#                   all_gather, reduce_scatter, broadcast, alltoall, batch_isend_irecv,
+#                   8 B .. 256 MiB, every result checked
+#   tri-ib          the same triangle with NCCL's IB transport (drop-in libibverbs,
+#                   NCCL_IB_HCA per rank): what stock NCCL does on a switchless triangle
+#   pair-plugin     2 nodes, one cable: the plugin ...
+#   pair-ib         ... and NCCL IB on the same link: the busbw ratio table
+#   tri-preload     LD_PRELOAD=<plugin> (no LD_LIBRARY_PATH), then a second communicator
+#   tri-reload      NCCL_NET_PLUGIN=mesh, NCCL_NET_PLUGIN_REF_COUNT unset: the first
+#                   communicator's end unloads the plugin, a second one loads it again
+#   tri-channels    NCCL_MIN_NCHANNELS=8 with p2p (shared comms): alltoall and sendrecv
+#   ring4-ring      4-node ring (no diagonals), NCCL_ALGO=Ring, ranks in cable order
+#   ring4-default   the same ring without NCCL_ALGO (what breaks, and how)
+#   ring4-ib        stock NCCL IB on the ring with NCCL_ALGO=Ring
+#
+#   scripts/nccl-e2e.sh [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
+#                       [--plugin PATH] [--dropin DIR]
+#
+# Never part of CI (it needs a GPU, PyTorch and root). It checks its prerequisites first
+# and says what is missing. Exit status: 0 every scenario behaved as expected, 1 one did
+# not, 3 a prerequisite is missing.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT_DIR=${OUT:-$REPO/build/nccl-e2e}
+PLUGIN=$REPO/build/libnccl-net-mesh.so
+DROPIN=$REPO/build/tests/fabric/dropin
+ONLY=""
+QUICK=0
+MAX_BYTES=256M
+ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-channels ring4-ring ring4-default ring4-ib)
+
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT_DIR=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    --quick) QUICK=1 ;;
+    --max-bytes) MAX_BYTES=$2; shift ;;
+    --plugin) PLUGIN=$2; shift ;;
+    --dropin) DROPIN=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "nccl-e2e: unknown option '$1'" >&2; usage >&2; exit 64 ;;
+  esac
+  shift
+done
+
+say() { echo "nccl-e2e: $*"; }
+
+# --- prerequisites ------------------------------------------------------------------------
+check_prereqs() {
+  local missing=()
+  [ "$(id -u)" -eq 0 ] || missing+=("root (network namespaces)")
+  command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || missing+=("an NVIDIA GPU (nvidia-smi -L)")
+  command -v python3 >/dev/null || missing+=("python3")
+  if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    missing+=("PyTorch with CUDA (python3 -c 'import torch; torch.cuda.is_available()')")
+  fi
+  command -v nsenter >/dev/null || missing+=("nsenter (util-linux)")
+  if [ -z "${IP:-}" ] && ! command -v ip >/dev/null; then
+    missing+=("iproute2's ip (or IP=/path/to/ip, e.g. Debian's ip binary with its libraries)")
+  fi
+  [ -f "$PLUGIN" ] || missing+=("the plugin $PLUGIN (cmake --build build --target nccl-net-mesh)")
+  [ -f "$DROPIN/libibverbs.so.1" ] || missing+=("the fabric drop-in $DROPIN/libibverbs.so.1 (cmake --build build --target meshfab)")
+  [ -x "$REPO/scripts/fabric-net" ] || missing+=("scripts/fabric-net")
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "missing prerequisites:"
+    printf '  - %s\n' "${missing[@]}"
+    exit 3
+  fi
+  say "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  say "PyTorch $(python3 -c 'import torch; print(torch.__version__, "NCCL", ".".join(map(str, torch.cuda.nccl.version())))')"
+  say "plugin: $PLUGIN; fabric drop-in: $DROPIN"
+}
+
+# --- one scenario -------------------------------------------------------------------------
+# run_scenario NAME NODES TOPOLOGY TIMEOUT EXPECT [--env K=V ...] -- RANK-DRIVER-ARGS
+#   EXPECT: pass (every rank exits 0, results exact) | record (the outcome is recorded,
+#   whatever it is: stock NCCL on a mesh NCCL cannot route)
+run_scenario() {
+  local name=$1 nodes=$2 topo=$3 timeout=$4 expect=$5
+  shift 5
+  # --quick moves at most 1 MiB per call: nothing legitimate takes minutes.
+  [ "$QUICK" -eq 1 ] && [ "$timeout" -gt 150 ] && timeout=150
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  case ",$ONLY," in ",," | *",$name,"*) ;; *) return 0 ;; esac
+  local log=$OUT_DIR/$name.log json=$OUT_DIR/$name.jsonl
+  rm -f "$log" "$json"
+  say "== $name: $nodes nodes ($topo), expect $expect"
+  local start=$SECONDS rc
+  # fabric-net passes NCCL_*, PATH and LD_LIBRARY_PATH through; the rest goes with --env.
+  "$REPO/scripts/fabric-net" run --nodes "$nodes" --topology "$topo" --timeout "$timeout" --fail-grace 30 \
+    --env PYTHONUNBUFFERED=1 --env CUDA_VISIBLE_DEVICES=0 \
+    --env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT,NET --env NCCL_SOCKET_IFNAME=mgmt \
+    --env NCCL_NET_GDR_LEVEL=LOC "${envs[@]}" -- \
+    python3 "$REPO/scripts/nccl_e2e_rank.py" --label "$name" --json "$json" "$@" >"$log" 2>&1
+  rc=$?
+  local secs=$((SECONDS - start))
+  python3 "$REPO/scripts/nccl_e2e_report.py" check --scenario "$name" --expect "$expect" --rc "$rc" \
+    --seconds "$secs" --log "$log" --json "$json" --summary "$OUT_DIR/summary.txt"
+  local verdict=$?
+  [ "$verdict" -eq 0 ] || FAILED+=("$name")
+  return 0
+}
+
+main() {
+  check_prereqs
+  mkdir -p "$OUT_DIR"
+  : >"$OUT_DIR/summary.txt"
+  FAILED=()
+  local plugin_dir max=$MAX_BYTES colls_all="all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv"
+  plugin_dir=$(cd "$(dirname "$PLUGIN")" && pwd)
+  [ "$QUICK" -eq 1 ] && max=1M
+  local mesh=(--env "LD_LIBRARY_PATH=$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+              --env NCCL_NET_PLUGIN=mesh --env NCCL_NET=Mesh
+              --env "NCCL_MESH_IBVERBS_LIB=$DROPIN/libibverbs.so.1")
+  local ib=(--env "LD_LIBRARY_PATH=$DROPIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            --env NCCL_NET_PLUGIN=none --env NCCL_NET=IB --env NCCL_E2E_IB_HCA=auto --env NCCL_IB_GID_INDEX=1)
+  local sizes=(--min-bytes 8 --max-bytes "$max" --factor 4)
+
+  run_scenario pair-plugin 2 full 900 pass "${mesh[@]}" -- --colls "$colls_all" "${sizes[@]}"
+  run_scenario pair-ib 2 full 900 pass "${ib[@]}" -- --colls "$colls_all" "${sizes[@]}"
+  run_scenario tri-plugin 3 full 1200 pass "${mesh[@]}" -- --colls "$colls_all" "${sizes[@]}"
+  run_scenario tri-ib 3 full 240 record "${ib[@]}" -- --colls all_reduce --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90
+  run_scenario tri-preload 3 full 300 pass \
+    --env "LD_PRELOAD=$(cd "$plugin_dir" && pwd)/$(basename "$PLUGIN")" --env NCCL_NET_PLUGIN=mesh --env NCCL_NET=Mesh \
+    --env "NCCL_MESH_IBVERBS_LIB=$DROPIN/libibverbs.so.1" -- \
+    --colls all_reduce,sendrecv --min-bytes 8 --max-bytes 4M --factor 16 --second-comm
+  run_scenario tri-reload 3 full 300 pass "${mesh[@]}" -- \
+    --colls all_reduce --min-bytes 8 --max-bytes 4M --factor 16 --second-comm
+  run_scenario tri-channels 3 full 600 pass "${mesh[@]}" --env NCCL_MIN_NCHANNELS=8 --env NCCL_MAX_NCHANNELS=8 -- \
+    --colls alltoall,sendrecv,all_reduce --min-bytes 8 --max-bytes 64M --factor 16
+  run_scenario ring4-ring 4 ring 1200 pass "${mesh[@]}" --env NCCL_ALGO=Ring -- \
+    --colls all_reduce,all_gather,reduce_scatter,broadcast,sendrecv --peers ring "${sizes[@]}"
+  run_scenario ring4-default 4 ring 300 record "${mesh[@]}" -- \
+    --colls all_reduce,all_gather,alltoall --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90
+  run_scenario ring4-ib 4 ring 300 record "${ib[@]}" --env NCCL_ALGO=Ring -- \
+    --colls all_reduce --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90
+
+  python3 "$REPO/scripts/nccl_e2e_report.py" tables --dir "$OUT_DIR" | tee "$OUT_DIR/tables.txt"
+  echo
+  cat "$OUT_DIR/summary.txt"
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    say "FAILED: ${FAILED[*]}"
+    exit 1
+  fi
+  say "every scenario behaved as expected"
+}
+
+main

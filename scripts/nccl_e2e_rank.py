@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""One rank of scripts/nccl-e2e.sh: real NCCL (through PyTorch) driving a network.
+
+Started once per rank by nccl-e2e.sh, each rank in its own network namespace and with its
+own NCCL_HOSTID, so NCCL treats the ranks as separate nodes even though they share one
+GPU. Which network NCCL uses (the mesh plugin, NCCL's IB transport on the fabric, ...) is
+decided entirely by the environment nccl-e2e.sh gives it; this file only runs
+collectives, checks every result exactly and times them.
+
+For every collective and size it prints (rank 0) an nccl-tests-style row and writes one
+JSON object per row to --json:
+  {"coll", "bytes", "count", "time_us", "algbw", "busbw", "wrong", "iters"}
+algbw = bytes / time; busbw = algbw * the collective's bus factor (nccl-tests'
+definitions: all_reduce 2(n-1)/n, all_gather and reduce_scatter and alltoall (n-1)/n,
+broadcast and sendrecv 1).
+
+Values are small integers in float32, so every expected result is exact: a single wrong
+element is counted. Each measurement is preceded by a check iteration whose output was
+poisoned with NaN first, so an output that NCCL never wrote cannot pass.
+
+Standard library + torch only. Exit status: 0 all correct, 1 a wrong result, 2 an error.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall", "sendrecv"]
+ELEM = 4  # float32
+
+
+def parse_size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B")
+    if t and t[-1] in mult:
+        return int(float(t[:-1]) * mult[t[-1]])
+    return int(t)
+
+
+def bus_factor(coll, n):
+    if coll == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if coll in ("all_gather", "reduce_scatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+def pattern(count, salt, dev):
+    """Small exact integers: salt + (i mod 13) * 16."""
+    i = torch.arange(count, device=dev, dtype=torch.int64)
+    return (salt + (i % 13) * 16).to(torch.float32)
+
+
+class Case:
+    """One collective at one size: inputs, a poisoned output, the op and its expected result."""
+
+    def __init__(self, coll, nbytes, rank, n, dev, peers):
+        self.coll, self.rank, self.n, self.dev, self.peers = coll, rank, n, dev, peers
+        unit = n if coll in ("all_gather", "reduce_scatter", "alltoall") else 1
+        count = max(nbytes // ELEM, 1)
+        count = max((count // unit) * unit, unit)
+        self.count = count
+        self.nbytes = count * ELEM
+        r = rank
+        if coll == "all_reduce":
+            self.inp = pattern(count, r + 1, dev)
+            self.out = self.inp  # in place: re-filled before every call
+            self.expect = pattern(count, 0, dev) * n + sum(range(1, n + 1))
+        elif coll == "all_gather":
+            per = count // n
+            self.inp = pattern(per, 1000 * (r + 1), dev)
+            self.out = torch.empty(count, device=dev)
+            self.expect = torch.cat([pattern(per, 1000 * (j + 1), dev) for j in range(n)])
+        elif coll == "reduce_scatter":
+            per = count // n
+            self.inp = pattern(count, r + 1, dev)
+            self.out = torch.empty(per, device=dev)
+            full = pattern(count, 0, dev) * n + sum(range(1, n + 1))
+            self.expect = full[r * per:(r + 1) * per].clone()
+        elif coll == "broadcast":
+            self.inp = pattern(count, 7, dev) if r == 0 else torch.empty(count, device=dev)
+            self.out = self.inp
+            self.expect = pattern(count, 7, dev)
+        elif coll == "alltoall":
+            per = count // n
+            # Chunk j goes to rank j and says who sent it to whom.
+            self.inp = torch.cat([pattern(per, 100 * (r + 1) + j, dev) for j in range(n)])
+            self.out = torch.empty(count, device=dev)
+            self.expect = torch.cat([pattern(per, 100 * (j + 1) + r, dev) for j in range(n)])
+        elif coll == "sendrecv":
+            # One batch_isend_irecv: a message to and from every peer in `peers`.
+            self.inp = {p: pattern(count, 100 * (r + 1) + p, dev) for p in peers}
+            self.out = {p: torch.empty(count, device=dev) for p in peers}
+            self.expect = {p: pattern(count, 100 * (p + 1) + r, dev) for p in peers}
+        else:
+            raise ValueError(coll)
+
+    def refill(self):
+        if self.coll == "all_reduce":
+            self.inp.copy_(pattern(self.count, self.rank + 1, self.dev))
+        elif self.coll == "broadcast" and self.rank == 0:
+            self.inp.copy_(self.expect)
+
+    def poison(self):
+        if self.coll == "sendrecv":
+            for t in self.out.values():
+                t.fill_(float("nan"))
+        elif self.coll == "broadcast" and self.rank == 0:
+            pass  # the root's buffer is the source
+        elif self.coll == "all_reduce":
+            pass  # in place: refill() rewrites the input
+        else:
+            self.out.fill_(float("nan"))
+
+    def run(self):
+        c = self.coll
+        if c == "all_reduce":
+            dist.all_reduce(self.inp)
+        elif c == "all_gather":
+            dist.all_gather_into_tensor(self.out, self.inp)
+        elif c == "reduce_scatter":
+            dist.reduce_scatter_tensor(self.out, self.inp)
+        elif c == "broadcast":
+            dist.broadcast(self.inp, src=0)
+        elif c == "alltoall":
+            dist.all_to_all_single(self.out, self.inp)
+        elif c == "sendrecv":
+            ops = []
+            for p in self.peers:
+                ops.append(dist.P2POp(dist.irecv, self.out[p], p))
+                ops.append(dist.P2POp(dist.isend, self.inp[p], p))
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+    def wrong(self):
+        if self.coll == "sendrecv":
+            return sum(int((self.out[p] != self.expect[p]).sum().item()) for p in self.peers)
+        return int((self.out != self.expect).sum().item())
+
+
+def node_env(rank):
+    """What makes this rank its own NCCL node, set before NCCL reads its environment.
+
+    NCCL_HOSTID: NCCL derives a host's identity from it, so ranks sharing the one GPU are
+    separate nodes and talk over the network. NCCL_IB_HCA (only where the caller asked for
+    it with NCCL_E2E_IB_HCA=auto): this node's fabric devices, as a user of stock NCCL
+    would list their RDMA NICs; the fabric names the device on netdev X `fab_X`."""
+    os.environ.setdefault("NCCL_HOSTID", f"nccl-e2e-node{rank}")
+    if os.environ.get("NCCL_E2E_IB_HCA") == "auto":
+        import socket
+        nics = sorted(name for _, name in socket.if_nameindex() if name.startswith("p"))
+        os.environ["NCCL_IB_HCA"] = ",".join("=fab_" + n if i == 0 else "fab_" + n for i, n in enumerate(nics))
+
+
+def sizes_between(lo, hi, factor):
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    if out[-1] != hi:
+        out.append(hi)
+    return out
+
+
+def iterations(nbytes, budget_bytes, lo, hi):
+    return max(lo, min(hi, budget_bytes // max(nbytes, 1)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--colls", default=",".join(COLLECTIVES))
+    ap.add_argument("--min-bytes", default="8")
+    ap.add_argument("--max-bytes", default="256M")
+    ap.add_argument("--factor", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iter-bytes", default="1G", help="bytes to move per timed size (sets the iteration count)")
+    ap.add_argument("--min-iters", type=int, default=3)
+    ap.add_argument("--max-iters", type=int, default=50)
+    ap.add_argument("--peers", default="all", help="sendrecv peers: 'all' or 'ring' (rank+-1)")
+    ap.add_argument("--second-comm", action="store_true",
+                    help="after the runs, destroy the process group and create a new one (NCCL "
+                         "finalizes the plugin at refcount 0 and loads it again), then all_reduce")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds for any NCCL call")
+    args = ap.parse_args()
+
+    # Under scripts/fabric-net every rank is one node: VMESH_RANK/VMESH_NODES, management
+    # network 198.19.0.(rank+1). Plain RANK/WORLD_SIZE/MASTER_ADDR win when given.
+    rank = int(os.environ.get("RANK", os.environ.get("VMESH_RANK", "-1")))
+    n = int(os.environ.get("WORLD_SIZE", os.environ.get("VMESH_NODES", "0")))
+    if rank < 0 or n < 1:
+        raise SystemExit("RANK/WORLD_SIZE (or fabric-net's VMESH_RANK/VMESH_NODES) are not set")
+    addr = os.environ.get("MASTER_ADDR", "198.19.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    node_env(rank)
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    timeout = datetime.timedelta(seconds=args.timeout)
+
+    def init(p):
+        dist.init_process_group("nccl", init_method=f"tcp://{addr}:{p}", rank=rank, world_size=n,
+                                timeout=timeout, device_id=dev)
+
+    t0 = time.time()
+    init(port)
+    if rank == 0:
+        print(f"# nccl-e2e {args.label}: {n} ranks, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+              f"torch {torch.__version__}, init {time.time() - t0:.2f} s", flush=True)
+    if args.peers == "ring":
+        peers = sorted({(rank + 1) % n, (rank - 1) % n} - {rank})
+    else:
+        peers = [p for p in range(n) if p != rank]
+
+    colls = [c for c in args.colls.split(",") if c]
+    sizes = sizes_between(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)
+    budget = parse_size(args.iter_bytes)
+    rows, bad = [], 0
+    jf = open(args.json, "w") if (args.json and rank == 0) else None
+    for coll in colls:
+        if rank == 0:
+            print(f"#\n# {coll} ({args.label})\n# {'size':>12} {'count':>12} {'time(us)':>10} "
+                  f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>7}", flush=True)
+        for s in sizes:
+            case = Case(coll, s, rank, n, dev, peers)
+            # Check first, on a poisoned output.
+            case.refill()
+            case.poison()
+            case.run()
+            torch.cuda.synchronize()
+            wrong = case.wrong()
+            for _ in range(args.warmup):
+                case.refill()
+                case.run()
+            iters = iterations(case.nbytes, budget, args.min_iters, args.max_iters)
+            dist.barrier()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                case.run()  # all_reduce repeats in place: values grow, only time matters here
+            end.record()
+            torch.cuda.synchronize()
+            us = start.elapsed_time(end) * 1000.0 / iters
+            # The slowest rank's time and every rank's wrong count.
+            stats = torch.tensor([us, float(wrong)], device=dev, dtype=torch.float64)
+            dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+            wrong_all = torch.tensor([wrong], device=dev, dtype=torch.int64)
+            dist.all_reduce(wrong_all)
+            us, wrong_total = stats[0].item(), int(wrong_all.item())
+            algbw = case.nbytes / us / 1e3
+            busbw = algbw * bus_factor(coll, n)
+            bad += wrong_total
+            row = {"coll": coll, "bytes": case.nbytes, "count": case.count, "time_us": round(us, 2),
+                   "algbw": round(algbw, 4), "busbw": round(busbw, 4), "wrong": wrong_total, "iters": iters}
+            rows.append(row)
+            if rank == 0:
+                print(f"  {case.nbytes:>12} {case.count:>12} {us:>10.1f} {algbw:>11.3f} {busbw:>11.3f} "
+                      f"{wrong_total:>7}", flush=True)
+                if jf:
+                    jf.write(json.dumps(dict(row, label=args.label)) + "\n")
+                    jf.flush()
+            del case
+    if args.second_comm:
+        dist.destroy_process_group()
+        init(port + 1)
+        x = torch.full((1 << 20,), float(rank + 1), device=dev)
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        ok = bool((x == n * (n + 1) / 2).all().item())
+        if rank == 0:
+            print(f"# second communicator: all_reduce of 4 MiB {'exact' if ok else 'WRONG'}", flush=True)
+        bad += 0 if ok else 1
+    dist.destroy_process_group()
+    if jf:
+        jf.close()
+    if rank == 0:
+        print(f"# {args.label}: {len(rows)} measurements, {bad} wrong element(s)", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # a failed NCCL call: say which rank and why, never hang
+        print(f"[rank {os.environ.get('RANK', '?')}] ERROR: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
