@@ -68,7 +68,6 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
   req->size = size;
   req->mh = mh;
   req->slot = slot;
-  req->slotPos = pos;
   req->sizes[0] = size;
   req->pending = 1;  // cleared when the group's final WRs complete
   g.reqs[pos] = req;

@@ -606,11 +606,6 @@ ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>
   }
 }
 
-void Handshaker::abandonConnect(std::shared_ptr<Connector> c) {
-  auto cancel = [this, c] { finishConnect(this, c.get(), "abandoned", ncclInternalError); };
-  if (!reactor_->post(cancel)) c->conn.reset();
-}
-
 namespace {
 // A peer that vanishes without closing its socket (host down, link down, cable pulled) sends
 // no FIN: TCP keepalive turns its silence into ETIMEDOUT after about `timeoutMs`. Probing

@@ -93,7 +93,6 @@ struct Request {
   const char* data = nullptr;
   size_t size = 0;
   const MrHandle* mh = nullptr;
-  int slotPos = 0;               // which buffer of the grouped receive
 };
 
 struct CommSettings {

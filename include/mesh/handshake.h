@@ -55,7 +55,6 @@ class Handshaker {
   // nullptr while pending; the connection when done; an error (with a logged reason) when
   // the handshake failed or ran out of time.
   ncclResult_t pollConnect(Connector* connector, std::unique_ptr<PreparedConn>* conn);
-  void abandonConnect(std::shared_ptr<Connector> connector);
 
   // Closes a finished connection's control socket (any thread).
   void closeControl(const std::shared_ptr<ControlLink>& control);

@@ -36,8 +36,6 @@ namespace mesh {
   X(destroyCq, "ibv_destroy_cq", "IBVERBS_1.1", true, int, (ibv_cq*))                           \
   X(createQp, "ibv_create_qp", "IBVERBS_1.1", true, ibv_qp*, (ibv_pd*, ibv_qp_init_attr*))      \
   X(modifyQp, "ibv_modify_qp", "IBVERBS_1.1", true, int, (ibv_qp*, ibv_qp_attr*, int))          \
-  X(queryQp, "ibv_query_qp", "IBVERBS_1.1", true, int,                                          \
-    (ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*))                                            \
   X(destroyQp, "ibv_destroy_qp", "IBVERBS_1.1", true, int, (ibv_qp*))                           \
   X(getAsyncEvent, "ibv_get_async_event", "IBVERBS_1.1", true, int, (ibv_context*, ibv_async_event*)) \
   X(ackAsyncEvent, "ibv_ack_async_event", "IBVERBS_1.1", true, void, (ibv_async_event*))        \
