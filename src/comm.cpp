@@ -199,7 +199,7 @@ ncclResult_t Comm::postBatch(int q, int count) {
   wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
   Qp& qp = qps_[q];
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(qp.qp.get(), wrs_, &bad);
+  int rc = settings_.ops->postSend(qp.qp.get(), wrs_, &bad);
   if (rc != 0) {
     fail("ibv_post_send on " + qp.qp.deviceName() + " QPN " + std::to_string(qp.qp.qpn()) + " failed: " +
              strerror(rc),
@@ -269,7 +269,7 @@ ncclResult_t Comm::progress() {
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {
     for (;;) {
-      int n = ibv_poll_cq(devs_[s].cq.get(), 16, wcs);
+      int n = settings_.ops->pollCq(devs_[s].cq.get(), 16, wcs);
       if (n < 0) {
         fail("ibv_poll_cq failed on " + devs_[s].dev->name(), ncclSystemError);
         return failure_;
@@ -338,7 +338,7 @@ void Comm::close() {
   for (int s = 0; s < ndevs_; ++s) {
     int idle = 0;
     while (idle < 3 && std::chrono::steady_clock::now() < deadline && devs_[s].cq.get() != nullptr) {
-      idle = ibv_poll_cq(devs_[s].cq.get(), 16, wcs) > 0 ? 0 : idle + 1;
+      idle = settings_.ops->pollCq(devs_[s].cq.get(), 16, wcs) > 0 ? 0 : idle + 1;
     }
   }
   for (int q = 0; q < nqps_; ++q) qps_[q].qp.reset();

@@ -59,7 +59,7 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     ibv_recv_wr wr{};
     wr.wr_id = encodeWrId(WrId{WrKind::Recv, static_cast<uint8_t>(q), req->index, req->gen});
     ibv_recv_wr* bad = nullptr;
-    int rc = ibv_post_recv(qps_[q].qp.get(), &wr, &bad);
+    int rc = settings_.ops->postRecv(qps_[q].qp.get(), &wr, &bad);
     if (rc != 0) {
       fail(std::string("ibv_post_recv failed: ") + strerror(rc), ncclSystemError);
       return failure_;
@@ -130,7 +130,7 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MrHandle* co
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
   wr.wr.rdma.rkey = mh[last]->rkey[d.deviceIndex];
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(flushQp_.get(), &wr, &bad);
+  int rc = settings_.ops->postSend(flushQp_.get(), &wr, &bad);
   if (rc != 0) {
     freeRequest(req);
     fail(std::string("posting the flush READ failed: ") + strerror(rc), ncclSystemError);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "err.h"
+#include "mesh/data_ops.h"
 #include "mesh/handshake_proto.h"
 #include "mesh/mr_cache.h"
 #include "mesh/nic_discovery.h"
@@ -104,6 +105,7 @@ struct CommSettings {
   bool forceFlush = false;       // flush host memory too (tests)
   bool gdrFlushDisable = false;
   QpTuning tuning;
+  const DataOps* ops = verbsDataOps();  // the data path's verbs calls (a fake in unit tests)
 };
 
 // Everything both comm kinds own: links, QPs, CQs, control region, request pool.
