@@ -88,7 +88,7 @@ void Plugin::buildNetDevices() {
     d->port = p.port;
     d->speedMbps = config_.speedMbps > 0 ? config_.speedMbps : p.speedMbps;
     d->ptrSupport = kPtrHost | (p.gdr ? kPtrCuda : 0) | (p.dmabuf ? kPtrDmabuf : 0);
-    d->maxRecvs = kMaxRecvs;
+    d->maxRecvs = kGroupMax;
   };
   if (ports.empty()) return;
   if (config_.devices == DeviceMode::Port) {
@@ -140,7 +140,7 @@ CommSettings Plugin::commSettings() const {
   s.tuning.timeout = config_.ibTimeout;
   s.tuning.retryCnt = config_.ibRetryCnt;
   s.tuning.rnrRetry = config_.ibRnrRetry;
-  s.tuning.trafficClass = config_.trafficClass;
+  s.envTrafficClass = config_.trafficClass;
   s.tuning.serviceLevel = config_.serviceLevel;
   return s;
 }

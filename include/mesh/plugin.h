@@ -35,11 +35,9 @@ struct NetDevice {
   int port = 1;
   float latencyUs = 0;
   int maxComms = 65536;
-  int maxRecvs = 8;
+  int maxRecvs = kGroupMax;
   bool regIsGlobal = true;
 };
-
-constexpr int kMaxRecvs = 8;
 
 class Plugin {
  public:

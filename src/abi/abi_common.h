@@ -233,7 +233,7 @@ inline ncclResult_t checkRecvArgs(void* recvComm, int n, void** data, const void
                                   void** mhandles, void** request) {
   MESH_ABI_NOT_NULL(recvComm, "irecv");
   MESH_ABI_NOT_NULL(request, "irecv");
-  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || tags == nullptr || mhandles == nullptr) {
+  if (n < 1 || n > kGroupMax || data == nullptr || sizes == nullptr || tags == nullptr || mhandles == nullptr) {
     MESH_WARN("irecv: invalid arguments (n=%d, arrays must be non-NULL)", n);
     return ncclInvalidArgument;
   }
@@ -262,7 +262,7 @@ inline ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int
 inline ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   MESH_ABI_NOT_NULL(recvComm, "iflush");
   MESH_ABI_NOT_NULL(request, "iflush");
-  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || mhandles == nullptr) {
+  if (n < 1 || n > kGroupMax || data == nullptr || sizes == nullptr || mhandles == nullptr) {
     MESH_WARN("iflush: invalid arguments (n=%d)", n);
     return ncclInvalidArgument;
   }
@@ -283,7 +283,7 @@ inline ncclResult_t test(void* request, int* done, int* sizes) {
   MESH_ABI_NOT_NULL(request, "test");
   MESH_ABI_NOT_NULL(done, "test");
   return guarded("test", [&] {
-    size_t wide[kMaxRecvs] = {};
+    size_t wide[kGroupMax] = {};
     int n = 0;
     ncclResult_t r = netTest(static_cast<Request*>(request), done, wide, &n);
     if (r == ncclSuccess && *done && sizes != nullptr) {
