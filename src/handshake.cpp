@@ -606,6 +606,17 @@ ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>
   }
 }
 
+void Handshaker::discardConnect(std::shared_ptr<Connector> c) {
+  auto discard = [this, c] {
+    finishConnect(this, c.get(), "abandoned", ncclInternalError);  // a pending one: socket, comm
+    if (c->result != nullptr) {
+      closeControl(c->result->control);
+      c->result.reset();
+    }
+  };
+  if (!reactor_->post(discard)) discard();
+}
+
 namespace {
 // A peer that vanishes without closing its socket (host down, link down, cable pulled) sends
 // no FIN: TCP keepalive turns its silence into ETIMEDOUT after about `timeoutMs`. Probing

@@ -41,6 +41,8 @@ namespace mesh {
   X(ackAsyncEvent, "ibv_ack_async_event", "IBVERBS_1.1", true, void, (ibv_async_event*))        \
   X(eventTypeStr, "ibv_event_type_str", "IBVERBS_1.1", true, const char*, (ibv_event_type))     \
   X(wcStatusStr, "ibv_wc_status_str", "IBVERBS_1.1", true, const char*, (ibv_wc_status))        \
+  X(forkInit, "ibv_fork_init", "IBVERBS_1.1", false, int, ())                                   \
+  X(isForkInitialized, "ibv_is_fork_initialized", "IBVERBS_1.13", false, ibv_fork_status, ())  \
   X(regMrIova2, "ibv_reg_mr_iova2", "IBVERBS_1.8", false, ibv_mr*,                              \
     (ibv_pd*, void*, size_t, uint64_t, unsigned int))                                           \
   X(regDmabufMr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", false, ibv_mr*,                           \

@@ -6,6 +6,7 @@
 // Nothing thrown or aborted may cross into NCCL's process.
 #pragma once
 
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -30,9 +31,22 @@ constexpr size_t kMaxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
 constexpr size_t kMaxCollBytes = NCCL_MAX_NET_SIZE_BYTES;
 static_assert(kMaxP2pBytes > 0 && kMaxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES, "NCCL's range");
 
+// A child forked after init shares the parent's RDMA objects and has no reactor thread:
+// every entry point refuses to run there (a load, no syscall: fine on the data path).
+inline ncclResult_t refuseInForkedChild(const char* what) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    MESH_WARN("%s called in a process forked after the plugin was initialized: its RDMA resources belong "
+              "to the parent process; initialize NCCL in the child after exec, or in the parent only",
+              what);
+  }
+  return ncclSystemError;
+}
+
 // Runs `fn` (returning ncclResult_t) with every exception turned into a logged result.
 template <typename Fn>
 ncclResult_t guarded(const char* what, Fn&& fn) {
+  if (Plugin::inForkedChild()) return refuseInForkedChild(what);
   try {
     return fn();
   } catch (const std::bad_alloc&) {

@@ -10,6 +10,9 @@
 // skip there (the lab runs them).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
@@ -300,8 +303,9 @@ TEST_P(EachVersion, PropertiesAreInNcclsRange) {
   EXPECT_EQ(net_.finalize(), ncclSuccess);
 }
 
-// The reactor thread runs after init and never outlives the library (NCCL may dlclose it
-// after the last communicator). v11: two communicators, both finalized.
+// The reactor thread runs after init when there are devices (none without: no handshake to
+// serve) and never outlives the library (NCCL may dlclose it after the last communicator).
+// v11: two communicators, both finalized.
 TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
   ASSERT_EQ(abitest::waitForPluginThreads(0), 0) << "a plugin thread from an earlier test still runs";
   for (int round = 1; round <= 2; ++round) {
@@ -313,12 +317,54 @@ TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
     ASSERT_EQ(second.init(captureLog, NCCL_NET_TRAFFIC_CLASS_UNDEF, 0x2222), ncclSuccess) << allWarnings();
     int ndev = -1;
     ASSERT_EQ(second.devices(&ndev), ncclSuccess);
-    EXPECT_EQ(abitest::pluginThreadCount(), 1) << "two contexts should share one handshake reactor thread";
+    EXPECT_EQ(abitest::pluginThreadCount(), ndev > 0 ? 1 : 0)
+        << ndev << " device(s): two contexts should share one reactor thread, and there is none without devices";
     EXPECT_EQ(first.finalize(), ncclSuccess);
     EXPECT_EQ(second.finalize(), ncclSuccess);
     ASSERT_TRUE(closeLibrary()) << "dlclose did not unload " << kPluginName;
     EXPECT_EQ(abitest::waitForPluginThreads(0), 0) << "the reactor thread outlived dlclose";
   }
+}
+
+// Waits (bounded) for `pid`; false when it had to be killed.
+bool reapWithin(pid_t pid, double seconds, int* status) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, status, WNOHANG) == pid) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return false;
+}
+
+// PyTorch's DataLoader workers and inference servers fork while NCCL runs. The child's
+// RDMA resources are the parent's (one uverbs file, shared), and it has no reactor thread:
+// it must refuse every call, and its exit() (which runs the library destructor) must
+// neither join a thread that is not there nor tear anything down. The parent's plugin
+// keeps working. In the lab the same test runs with devices and a live reactor thread.
+TEST_P(EachVersion, AForkedChildExitsWithoutTouchingTheParentsPlugin) {
+  int ndev = initAndCount();
+  int threads = abitest::pluginThreadCount();
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0) << strerror(errno);
+  if (pid == 0) {
+    int n = -1;
+    int code = net_.devices(&n) == ncclSystemError ? 0 : 3;
+    exit(code);  // not _exit: the library destructor runs, as in a real child
+  }
+  int status = 0;
+  ASSERT_TRUE(reapWithin(pid, 20, &status)) << "the forked child hung in exit() (joining the parent's reactor "
+                                               "thread, or tearing down the parent's RDMA objects?)";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "devices() in the forked child was not refused with ncclSystemError";
+  int again = -1;
+  EXPECT_EQ(net_.devices(&again), ncclSuccess) << allWarnings();
+  EXPECT_EQ(again, ndev);
+  EXPECT_EQ(abitest::pluginThreadCount(), threads);
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
 }
 
 // net_api.h passes size_t sizes through from v9 on; for v8 it refuses a size int cannot
@@ -451,7 +497,12 @@ TEST_F(V11, NullOrStaleContextIsAnErrorNotACrash) {
   EXPECT_EQ(net_->connect(&foreign, 0, handle, &comm, nullptr), ncclInvalidArgument);
   EXPECT_EQ(net_->finalize(&foreign), ncclInvalidArgument);
   EXPECT_TRUE(warned({"not a live context"})) << allWarnings();
-  EXPECT_EQ(net_->finalize(nullptr), ncclInvalidArgument);
+  // NCCL never passes NULL (2.28.9/2.30.7 src/plugin/net.cc finalize only a context its init
+  // returned), and NCCL IB's finalize accepts it (2.28.9 net_ib.cc ncclIbFinalize: free(ctx)):
+  // success, and no WARN in NCCL's log.
+  clearLog();
+  EXPECT_EQ(net_->finalize(nullptr), ncclSuccess);
+  EXPECT_FALSE(warned({"finalize"})) << allWarnings();
   EXPECT_EQ(net_->init(nullptr, 0x2, nullptr, captureLog, nullptr), ncclInvalidArgument);
 
   EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
