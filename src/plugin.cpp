@@ -141,41 +141,13 @@ ncclResult_t Plugin::device(int dev, const NetDevice** out) const {
 }
 
 void Plugin::buildNetDevices() {
-  netDevices_.clear();
+  netDevices_ = makeNetDevices(discovery_.ports, config_);
   const std::vector<MeshPort>& ports = discovery_.ports;
-  auto fill = [&](NetDevice* d, const MeshPort& p) {
-    d->pciPath = p.pciPath;
-    d->guid = p.guid;
-    d->port = p.port;
-    d->speedMbps = config_.speedMbps > 0 ? config_.speedMbps : p.speedMbps;
-    d->ptrSupport = kPtrHost | (p.gdr ? kPtrCuda : 0) | (p.dmabuf ? kPtrDmabuf : 0);
-    d->maxRecvs = kGroupMax;
-  };
-  if (ports.empty()) return;
-  if (config_.devices == DeviceMode::Port) {
-    for (size_t i = 0; i < ports.size(); ++i) {
-      NetDevice d;
-      d.name = ports[i].device + ":" + std::to_string(ports[i].port);
-      d.ports = {static_cast<int>(i)};
-      fill(&d, ports[i]);
-      netDevices_.push_back(d);
-    }
-  } else {
-    // One device for the node. Its speed is one link's: NCCL sizes channels per device,
-    // and any one peer is normally reached over a single cable.
-    NetDevice d;
-    d.name = "mesh";
-    for (size_t i = 0; i < ports.size(); ++i) d.ports.push_back(static_cast<int>(i));
-    fill(&d, ports[0]);
-    for (const MeshPort& p : ports) {
-      if (!p.gdr) d.ptrSupport &= ~kPtrCuda;
-      if (!p.dmabuf) d.ptrSupport &= ~kPtrDmabuf;
-    }
-    netDevices_.push_back(d);
-  }
   for (const NetDevice& d : netDevices_) {
-    MESH_INFO(NCCL_INIT | NCCL_NET, "device %s: %zu port(s), speed %d Mbps, ptrSupport 0x%x",
-              d.name.c_str(), d.ports.size(), d.speedMbps, d.ptrSupport);
+    MESH_INFO(NCCL_INIT | NCCL_NET, "device %s: %zu port(s), speed %d Mbps, ptrSupport 0x%x, pciPath %s, guid 0x%llx",
+              d.name.c_str(), d.ports.size(), d.speedMbps, d.ptrSupport,
+              d.pciPath.empty() ? "none (ports on several PCI devices, or none)" : d.pciPath.c_str(),
+              static_cast<unsigned long long>(d.guid));
   }
   for (const MeshPort& p : ports) {
     for (const PortAddress& a : p.addrs) {

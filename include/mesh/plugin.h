@@ -25,29 +25,12 @@
 #include "mesh/handshake.h"
 #include "mesh/mr_cache.h"
 #include "mesh/net.h"
+#include "mesh/net_devices.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/reactor.h"
 #include "mesh/verbs_loader.h"
 
 namespace mesh {
-
-enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmabuf = 0x4 };
-
-// What NCCL sees as one network device: by default the whole node (all mesh ports, traffic
-// to each peer leaves on the port cabled to it); with NCCL_MESH_DEVICES=port, one port.
-struct NetDevice {
-  std::string name;
-  std::vector<int> ports;  // indexes into Discovery::ports
-  std::string pciPath;
-  uint64_t guid = 0;
-  int ptrSupport = kPtrHost;
-  int speedMbps = 0;
-  int port = 1;
-  float latencyUs = 0;
-  int maxComms = 65536;
-  int maxRecvs = kGroupMax;
-  bool regIsGlobal = true;
-};
 
 class Plugin {
  public:
