@@ -1,7 +1,7 @@
 // The ABI boundary shared by every ncclNet version the plugin exports (src/abi/net_v*.cpp).
 // Owns: the boundary rules — validate NCCL's pointers, call the core (mesh/net.h), catch
 // everything, map the outcome to ncclResult_t — and the entry points whose signature is the
-// same in v8 through v11. A version's adapter keeps only what differs: its init, its
+// same in v8 through v12 (v11 and v12's context-taking ones: comm_context.h). A version's adapter keeps only what differs: its init, its
 // properties struct, the integer width of its sizes, the options it passes to connect.
 // Nothing thrown or aborted may cross into NCCL's process.
 #pragma once
@@ -17,7 +17,7 @@
 #include "mesh/net.h"
 #include "mesh/plugin.h"
 #include "mesh/transport.h"
-#include "net_v11.h"  // and, through it, v10, v9 and v8
+#include "net_v12.h"  // and, through it, v11, v10, v9 and v8
 
 namespace mesh {
 namespace abi {
@@ -111,25 +111,33 @@ void fillBaseProperties(const NetDevice& d, Props* props) {
   props->netDeviceVersion = 0;
 }
 
-inline void fillVersionProperties(int, ncclNetProperties_v8_t*) {}
+inline void fillVersionProperties(const NetDevice&, int, ncclNetProperties_v8_t*) {}
 
-inline void fillVersionProperties(int dev, ncclNetProperties_v9_t* props) {
+// v9 to v12: each device is its own (physical) device: node mode already spans every mesh
+// port, and the tables leave makeVDevice NULL, so NCCL never fuses devices.
+template <typename Props>
+void fillWideProperties(int dev, Props* props) {
   props->forceFlush = 0;  // the GPUDirect flush is requested per receive, as usual
-  // Each device is its own (physical) device: node mode already spans every mesh port, and
-  // the tables leave makeVDevice NULL, so NCCL never fuses devices.
   props->vProps.ndevs = 1;
   props->vProps.devs[0] = dev;
   props->maxP2pBytes = kMaxP2pBytes;
   props->maxCollBytes = kMaxCollBytes;
 }
 
-inline void fillVersionProperties(int dev, ncclNetProperties_v11_t* props) {
-  props->forceFlush = 0;
-  props->vProps.ndevs = 1;
-  props->vProps.devs[0] = dev;
-  props->maxP2pBytes = kMaxP2pBytes;
-  props->maxCollBytes = kMaxCollBytes;
+inline void fillVersionProperties(const NetDevice&, int dev, ncclNetProperties_v9_t* props) {
+  fillWideProperties(dev, props);
+}
+
+inline void fillVersionProperties(const NetDevice&, int dev, ncclNetProperties_v11_t* props) {
+  fillWideProperties(dev, props);
   props->maxMultiRequestSize = 1;  // no multi-requests
+}
+
+inline void fillVersionProperties(const NetDevice& d, int dev, ncclNetProperties_v12_t* props) {
+  fillWideProperties(dev, props);
+  props->maxMultiRequestSize = 1;
+  props->railId = static_cast<int16_t>(d.railId);  // see net_devices.h
+  props->planeId = static_cast<int16_t>(d.planeId);
 }
 
 template <typename Props>
@@ -141,7 +149,7 @@ ncclResult_t getProperties(int dev, Props* props) {
     MESH_CHECK(Plugin::instance().device(dev, &d));
     memset(props, 0, sizeof(*props));
     fillBaseProperties(*d, props);
-    fillVersionProperties(dev, props);
+    fillVersionProperties(*d, dev, props);
     return ncclSuccess;
   });
 }

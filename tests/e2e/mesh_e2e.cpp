@@ -70,8 +70,8 @@ void usage(FILE* out) {
           "  --deadline S    fail instead of waiting past S seconds (240)\n"
           "  --plugin PATH   plugin library (libnccl-net-mesh.so, found via LD_LIBRARY_PATH)\n"
           "  --dev D         plugin device for every comm (0)\n"
-          "  --api V         ncclNet ABI every call goes through: v8, v9, v10, v11 (v8)\n"
-          "  --traffic-class N  given to init, v10/v11 only (-1: the plugin's NCCL_MESH_IB_TC)\n"
+          "  --api V         ncclNet ABI every call goes through: v8, v9, v10, v11, v12 (v8)\n"
+          "  --traffic-class N  given to init, v10+ only (-1: unset; NCCL_MESH_IB_TC wins when set)\n"
           "  --run-id ID     separates repeated runs in one shared directory (1)\n"
           "  --seed N        shuffles (1)\n"
           "  --verbose       echo the plugin's INFO lines (also with NCCL_DEBUG=INFO)\n");
@@ -179,10 +179,10 @@ bool configure(Context& ctx, const ScenarioInfo& info, int argc, char** argv) {
     ctx.dev = static_cast<int>(ctx.opts.integer("dev", 0));
     ctx.seed = static_cast<unsigned>(ctx.opts.integer("seed", 1));
     ctx.api = netapi::parseVersion(ctx.opts.str("api", "v8"));
-    if (ctx.api == 0) fail("--api %s: expected v8, v9, v10 or v11", ctx.opts.str("api", "").c_str());
+    if (ctx.api == 0) fail("--api %s: expected v8, v9, v10, v11 or v12", ctx.opts.str("api", "").c_str());
     ctx.trafficClass = static_cast<int>(ctx.opts.integer("traffic-class", NCCL_NET_TRAFFIC_CLASS_UNDEF));
     if (ctx.trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF && ctx.api < 10) {
-      fail("--traffic-class %d: ncclNet v%d has no way to pass one (use --api v10 or v11)",
+      fail("--traffic-class %d: ncclNet v%d has no way to pass one (use --api v10, v11 or v12)",
            ctx.trafficClass, ctx.api);
     }
     ctx.topology = envStr("VMESH_TOPOLOGY");
