@@ -54,6 +54,13 @@ const ScenarioInfo kScenarios[] = {
      "[--limit 8M] [--big 64M]  2 nodes: RLIMIT_MEMLOCK without CAP_IPC_LOCK; a clear regMr error"},
     {"demo", runDemo, {"bytes", "pairs", "iters", "warmup"},
      "[--bytes 8M] [--pairs 2] [--iters 3] [--warmup 1]  ring all-reduce, ports and bandwidth"},
+    {"contract", runContract, {},
+     "                       2 nodes: groups of 8 sent reversed/shuffled/early, absent tag, oversize,\n"
+     "                  256 outstanding then NULL (what NCCL's proxy relies on)"},
+    {"abort-reload", runAbortReload, {"cycles"},
+     "[--cycles 20]          2 nodes: abandoned connect + dlclose + dlopen + init; nothing leaks"},
+    {"fork", runFork, {"iters", "size"},
+     "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
 };
 
 void usage(FILE* out) {
