@@ -133,7 +133,7 @@ struct CommSettings {
 
 // NCCL's precedence (2.28.9 net_ib.cc ncclIbConnect, 2.30.7 net_ib/connect.cc
 // ncclIbConnectImpl): the environment's class when set, else the communicator's
-// (ncclNet v10/v11 config), else 0. Decided by the connecting (sending) side.
+// (ncclNet v10+ config), else 0. Decided by the connecting (sending) side.
 int resolveTrafficClass(int envTrafficClass, int commTrafficClass);
 
 // Everything both comm kinds own: links, QPs, CQs, control region, request pool.

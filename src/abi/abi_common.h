@@ -1,8 +1,9 @@
 // The ABI boundary shared by every ncclNet version the plugin exports (src/abi/net_v*.cpp).
 // Owns: the boundary rules — validate NCCL's pointers, call the core (mesh/net.h), catch
 // everything, map the outcome to ncclResult_t — and the entry points whose signature is the
-// same in v8 through v12 (v11 and v12's context-taking ones: comm_context.h). A version's adapter keeps only what differs: its init, its
-// properties struct, the integer width of its sizes, the options it passes to connect.
+// same in v8 through v12 (v11 and v12's context-taking ones: comm_context.h). A version's
+// adapter keeps only what differs: its init, its properties struct, the integer width of
+// its sizes, the options it passes to connect.
 // Nothing thrown or aborted may cross into NCCL's process.
 #pragma once
 
@@ -75,7 +76,7 @@ inline ncclResult_t requireInit(const char* what) {
   return ncclInvalidUsage;
 }
 
-// Connection options from a v10/v11 communicator config (NULL: defaults). The traffic class
+// Connection options from a v10+ communicator config (NULL: defaults). The traffic class
 // ends up in the GRH's 8-bit field, so anything but UNDEF or 0..255 is a configuration error.
 inline ncclResult_t connOptions(const ncclNetCommConfig_v10_t* config, const char* what,
                                 ConnOptions* out) {
@@ -182,7 +183,7 @@ inline ncclResult_t listen(int dev, void* handle, void** listenComm) {
   });
 }
 
-// The device handle has one layout in every version (NCCL typedefs v9..v11 to v8's).
+// The device handle has one layout in every version (NCCL typedefs v9..v12 to v8's).
 inline ncclResult_t connect(int dev, void* handle, const ConnOptions& opts, void** sendComm,
                             ncclNetDeviceHandle_v8_t** sendDevComm) {
   MESH_ABI_NOT_NULL(handle, "connect");
@@ -297,7 +298,7 @@ inline ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void*
   });
 }
 
-// test() reports int sizes in every version, v11 included. NCCL passes one int for a send
+// test() reports int sizes in every version, v12 included. NCCL passes one int for a send
 // and n for a grouped receive: write exactly the request's count. A size above INT_MAX
 // (possible from v9 on) is reported as INT_MAX: NCCL only sums these for its profiler and
 // traces, and a wrapped negative count would be worse.
