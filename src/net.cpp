@@ -75,8 +75,10 @@ void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
       auto* lc = static_cast<ListenComm*>(comm);
       plugin->handshakerFor(lc->dev)->closeListener(lc->listener);
       delete lc;
+    } else if (kv.second == Kind::Send) {
+      closeComm(static_cast<SendComm*>(comm));  // NCCL holds the SendComm*/RecvComm* as void*
     } else {
-      closeComm(static_cast<Comm*>(comm));
+      closeComm(static_cast<RecvComm*>(comm));
     }
   }
   *connects = pending.size();
