@@ -10,7 +10,8 @@
 //                ends reports the class NCCL's precedence picks.
 //  abort-reload  2 nodes: rank 0 starts a connect rank 1 never accepts, abandons it,
 //                finalize + dlclose + dlopen + init, --cycles times: no crash, and threads,
-//                fds and RDMA objects stay at what they were before the first cycle.
+//                fds and RDMA objects stay at what they were before the first cycle; then
+//                once more with established comms and a listen comm left open.
 //  fork          2 nodes, comms both ways: with transfers in flight each rank forks; the
 //                child writes its copies of the registered buffers (when rdma-core leaves
 //                them mapped in a child), is refused by the plugin, and exit()s (the
@@ -390,6 +391,15 @@ void startAndAbandonConnect(Context& ctx, const std::string& handleBytes, long b
   }
 }
 
+// One comm each way with `peer`, used once (8 bytes each way); left open.
+CommTable leftoverComms(Context& ctx, int peer) {
+  setPhase("abort-reload: comms NCCL will not close");
+  CommTable t = establish(ctx, {{peer}, {peer}, 1, "leftover"}, ctx.deadline);
+  exchangeSmall(ctx, peer, t[peer].send[0], t[peer].recv[0], 1, "abort-reload leftover");
+  ctx.barrier("leftover-used");
+  return t;
+}
+
 // The NCCL >= 2.28 life cycle of a job that times out in connect: the communicator is
 // finalized, the library dlclosed at refcount 0, and the next job dlopens and inits it.
 std::string abortReload(Context& ctx) {
@@ -399,7 +409,10 @@ std::string abortReload(Context& ctx) {
   if (ctx.rank == 1) {
     Snapshot base = stableSnapshot(5);
     void* lc = listenAndPublish(ctx, "h.abort", "abort-reload: the listener that never accepts");
-    ctx.rv->fetch("abort.done", ctx.deadline, "rank 0's cycles");
+    ctx.rv->fetch("abort.cycles", ctx.deadline, "rank 0's cycles");
+    CommTable t = leftoverComms(ctx, 0);
+    ctx.rv->fetch("abort.done", ctx.deadline, "rank 0's unload with comms open");
+    closeAll(ctx, t);  // the peer's side is gone: closing still succeeds
     ctx.net.check(ctx.net->closeListen(lc), "closeListen", "abort-reload");
     Snapshot now;
     std::string leak = compareToBaseline(base, 10, &now);
@@ -425,8 +438,23 @@ std::string abortReload(Context& ctx) {
     if (!leak.empty()) fail("abort-reload cycle %d: %s (before the first cycle: %s)", c, leak.c_str(), base.describe().c_str());
     if (c == 1 || c == cycles) say("abort-reload cycle %d: %d threads, %s", c, threads, now.describe().c_str());
   }
+  ctx.rv->publish("abort.cycles", "");
+  // A job NCCL never closed (an abort): established comms both ways and a listen comm are
+  // still open at the unload, which must release them before the devices.
+  leftoverComms(ctx, 1);
+  setPhase("abort-reload: finalize + dlclose with comms open");
+  ctx.net.unload();
+  if (libraryMapped(libName)) fail("abort-reload: %s still mapped after dlclose with comms open", libName);
+  ctx.net.load(ctx.pluginPath, ctx.api, ctx.trafficClass, ctx.verbose);
+  Snapshot now;
+  std::string leak = compareToBaseline(base, 10, &now);
+  if (countThreads() != baseThreads || !leak.empty()) {
+    fail("abort-reload: after an unload with comms open: %d threads (before: %d), %s", countThreads(), baseThreads,
+         leak.c_str());
+  }
   ctx.rv->publish("abort.done", "");
-  return format("cycles=%d threads=%d base=[%s] unchanged", cycles, baseThreads, base.describe().c_str());
+  return format("cycles=%d threads=%d base=[%s] unchanged, also after an unload with comms open", cycles,
+                baseThreads, base.describe().c_str());
 }
 
 // ---- fork ----------------------------------------------------------------------------------
