@@ -3,6 +3,7 @@
 #include "mesh/comm.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,8 +17,14 @@
 
 namespace mesh {
 
+int resolveTrafficClass(int envTrafficClass, int commTrafficClass) {
+  if (envTrafficClass >= 0) return envTrafficClass;
+  if (commTrafficClass >= 0) return commTrafficClass;
+  return 0;
+}
+
 Comm::Comm(bool sender, const Discovery* disc, CommSettings settings)
-    : sender_(sender), disc_(disc), settings_(settings) {
+    : sender_(sender), disc_(disc), settings_(settings), tuning_(settings.tuning) {
   for (int i = 0; i < kRequestPool; ++i) {
     reqs_[i].index = static_cast<uint16_t>(i);
     reqs_[i].comm = this;
@@ -45,9 +52,10 @@ void Comm::freeRequest(Request* r) {
 
 // --- setup -------------------------------------------------------------------------------
 
-ncclResult_t Comm::prepare(const std::vector<Route>& routes, HsMessage* local) {
+ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, HsMessage* local) {
   MESH_REQUIRE(!routes.empty() && routes.size() <= static_cast<size_t>(kMaxLinks), ncclInternalError,
                "connection needs 1..%d links, got %zu", kMaxLinks, routes.size());
+  tuning_.trafficClass = trafficClass;
   for (const Route& r : routes) {
     Link l;
     l.route = r;
@@ -67,17 +75,34 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, HsMessage* local) {
     }
     links_.push_back(l);
   }
-  ctrlSize_ = (std::max(sizeof(SendCtrl), sizeof(RecvCtrl)) + 4095) & ~size_t{4095};
-  ctrlMem_ = aligned_alloc(4096, ctrlSize_);
-  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", ctrlSize_);
-  memset(ctrlMem_, 0, ctrlSize_);
+  MESH_CHECK(allocCtrl());
   MESH_CHECK(createDevSlots());
   MESH_CHECK(createQps());
   MESH_CHECK(createExtra());
+  describe(local);
+  return ncclSuccess;
+}
 
+// Control memory the NICs read and write. Whole pages, page-aligned: with ibv_fork_init
+// rdma-core marks registered pages MADV_DONTFORK, and a page shared with other heap data
+// would vanish from a forked child under that data.
+ncclResult_t Comm::allocCtrl() {
+  long page = sysconf(_SC_PAGESIZE);
+  size_t pageSize = page > 0 ? static_cast<size_t>(page) : 4096;
+  size_t need = std::max(sizeof(SendCtrl), sizeof(RecvCtrl));
+  ctrlSize_ = (need + pageSize - 1) / pageSize * pageSize;
+  ctrlMem_ = aligned_alloc(pageSize, ctrlSize_);
+  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", ctrlSize_);
+  memset(ctrlMem_, 0, ctrlSize_);
+  return ncclSuccess;
+}
+
+void Comm::describe(HsMessage* local) const {
   uint64_t ctrlAddr = 0;
   describeCtrl(&ctrlAddr);
   local->qpsPerLink = settings_.qpsPerLink;
+  local->trafficClass = tuning_.trafficClass;
+  local->serviceLevel = tuning_.serviceLevel;
   local->links.clear();
   local->qps.clear();
   for (const Link& l : links_) {
@@ -103,7 +128,6 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, HsMessage* local) {
     hq.mtu = static_cast<uint8_t>(mtu);
     local->qps.push_back(hq);
   }
-  return ncclSuccess;
 }
 
 ncclResult_t Comm::createDevSlots() {
@@ -116,16 +140,20 @@ ncclResult_t Comm::createDevSlots() {
     if (slot < 0) {
       slot = ndevs_++;
       devs_[slot].deviceIndex = dev;
+      devs_[slot].firstLink = static_cast<int>(i);
       devs_[slot].dev = disc_->devices.at(static_cast<size_t>(dev)).get();
     }
     links_[i].devSlot = slot;
   }
-  int qpsPerDev = settings_.qpsPerLink * static_cast<int>(links_.size()) + 1;  // + flush QP
   for (int s = 0; s < ndevs_; ++s) {
     DevSlot& d = devs_[s];
-    // Every QP can have its whole send and receive queue complete at once: the CQ is sized
-    // so it can never overflow, whatever the posting pattern.
-    MESH_CHECK(d.cq.create(d.dev, qpsPerDev * (kSendQueueDepth + 2 * kFifoDepth) + 16));
+    int qpsHere = 0;
+    for (const Link& l : links_) qpsHere += l.devSlot == s ? settings_.qpsPerLink : 0;
+    // Every queue of every QP on this device can complete at once: the CQ is sized so it
+    // can never overflow, whatever the posting pattern.
+    int perQp = sender_ ? kSendQueueDepth + 1 : kCtrlQueueDepth + kRecvQueueDepth;
+    int flush = sender_ ? 0 : kFlushQueueDepth + 1;
+    MESH_CHECK(d.cq.create(d.dev, qpsHere * perQp + flush + 16));
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     d.ctrlMr = d.dev->api().regMr(d.dev->pd(), ctrlMem_, ctrlSize_, access);
     MESH_REQUIRE(d.ctrlMr != nullptr, ncclSystemError,
@@ -141,8 +169,8 @@ ncclResult_t Comm::createQps() {
                "%d links x NCCL_MESH_QPS_PER_CONN=%d = %d QPs exceeds the per-comm limit of %d",
                static_cast<int>(links_.size()), settings_.qpsPerLink, total, kMaxQps);
   QpCaps caps;
-  caps.maxSendWr = sender_ ? kSendQueueDepth : 2 * kFifoDepth;
-  caps.maxRecvWr = sender_ ? 1 : 2 * kFifoDepth;
+  caps.maxSendWr = sender_ ? kSendQueueDepth : kCtrlQueueDepth;
+  caps.maxRecvWr = sender_ ? 1 : kRecvQueueDepth;
   // Link-major, so a receiver's QP k pairs with the sender's QP k.
   for (size_t l = 0; l < links_.size(); ++l) {
     for (int i = 0; i < settings_.qpsPerLink; ++i) {
@@ -164,31 +192,39 @@ ncclResult_t Comm::activate(const HsMessage& remote) {
                "peer %s describes %zu links x %d QPs, we have %zu x %d (NCCL_MESH_QPS_PER_CONN must "
                "match on all ranks)",
                peer.c_str(), remote.links.size(), remote.qpsPerLink, links_.size(), settings_.qpsPerLink);
+  // The connector chose the classes for both ends (a HELLO from a peer that predates this
+  // carries none: keep our own).
+  if (!sender_ && remote.trafficClass >= 0) {
+    tuning_.trafficClass = remote.trafficClass;
+    tuning_.serviceLevel = remote.serviceLevel;
+  }
   for (size_t l = 0; l < links_.size(); ++l) {
     links_[l].remoteCtrl = remote.links[l].ctrlAddr;
     links_[l].remoteRkey = remote.links[l].ctrlRkey;
   }
-  for (int q = 0; q < nqps_; ++q) {
-    const Link& l = links_[qps_[q].link];
-    const HsQp& r = remote.qps[q];
-    QpRemote rem;
-    rem.qpn = r.qpn;
-    rem.psn = r.psn;
-    memcpy(rem.gid, r.gid, 16);
-    rem.localGidIndex = l.route.gidIndex;
-    rem.mtu = std::min<int>(r.mtu, l.port->activeMtu);
-    if (settings_.mtuCap > 0) rem.mtu = std::min(rem.mtu, bytesToMtu(settings_.mtuCap));
-    MESH_CHECK(qps_[q].qp.toRtr(rem, settings_.tuning));
-    MESH_CHECK(qps_[q].qp.toRts(settings_.tuning));
-    if (q % settings_.qpsPerLink == 0) {
-      MESH_INFO(NCCL_INIT | NCCL_NET,
-                "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d",
-                sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
-                l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
-                qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, settings_.tuning.trafficClass);
-    }
-  }
+  for (int q = 0; q < nqps_; ++q) MESH_CHECK(connectQp(q, remote.qps[q]));
   return activateExtra();
+}
+
+ncclResult_t Comm::connectQp(int q, const HsQp& r) {
+  const Link& l = links_[qps_[q].link];
+  QpRemote rem;
+  rem.qpn = r.qpn;
+  rem.psn = r.psn;
+  memcpy(rem.gid, r.gid, 16);
+  rem.localGidIndex = l.route.gidIndex;
+  rem.mtu = std::min<int>(r.mtu, l.port->activeMtu);
+  if (settings_.mtuCap > 0) rem.mtu = std::min(rem.mtu, bytesToMtu(settings_.mtuCap));
+  MESH_CHECK(qps_[q].qp.toRtr(rem, tuning_));
+  MESH_CHECK(qps_[q].qp.toRts(tuning_));
+  if (q % settings_.qpsPerLink == 0) {
+    MESH_INFO(NCCL_INIT | NCCL_NET,
+              "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d",
+              sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
+              l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
+              qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, tuning_.trafficClass);
+  }
+  return ncclSuccess;
 }
 
 // --- completions and errors --------------------------------------------------------------
@@ -199,7 +235,7 @@ ncclResult_t Comm::postBatch(int q, int count) {
   wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
   Qp& qp = qps_[q];
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(qp.qp.get(), wrs_, &bad);
+  int rc = settings_.ops->postSend(qp.qp.get(), wrs_, &bad);
   if (rc != 0) {
     fail("ibv_post_send on " + qp.qp.deviceName() + " QPN " + std::to_string(qp.qp.qpn()) + " failed: " +
              strerror(rc),
@@ -269,7 +305,7 @@ ncclResult_t Comm::progress() {
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {
     for (;;) {
-      int n = ibv_poll_cq(devs_[s].cq.get(), 16, wcs);
+      int n = settings_.ops->pollCq(devs_[s].cq.get(), 16, wcs);
       if (n < 0) {
         fail("ibv_poll_cq failed on " + devs_[s].dev->name(), ncclSystemError);
         return failure_;
@@ -328,26 +364,42 @@ ncclResult_t Comm::checkPeer(const char* doing) {
   return failure_;
 }
 
-void Comm::close() {
-  if (closed_) return;
-  closed_ = true;
-  for (int q = 0; q < nqps_; ++q) qps_[q].qp.toError();
-  // Drain: flushed WRs complete in error; collect them (bounded) before destroying.
+// --- teardown ------------------------------------------------------------------------------
+
+// Flushed WRs complete in error once their QP is in ERR; collect them (bounded: a device
+// that stops completing must not hang NCCL's close) so none is outstanding when its QP,
+// and then the memory it names, go.
+void Comm::drain() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {
     int idle = 0;
     while (idle < 3 && std::chrono::steady_clock::now() < deadline && devs_[s].cq.get() != nullptr) {
-      idle = ibv_poll_cq(devs_[s].cq.get(), 16, wcs) > 0 ? 0 : idle + 1;
+      idle = settings_.ops->pollCq(devs_[s].cq.get(), 16, wcs) > 0 ? 0 : idle + 1;
     }
   }
+}
+
+void Comm::close() {
+  if (closed_) return;
+  closed_ = true;
+  // 1. Every QP, the flush QPs included, to ERR: nothing more is executed.
+  for (int q = 0; q < nqps_; ++q) qps_[q].qp.toError();
+  for (int s = 0; s < ndevs_; ++s) devs_[s].flushQp.toError();
+  // 2. Their outstanding work completes (flushed).
+  drain();
+  // 3. The QPs, then the memory registrations their WRs named, then the CQs, then the
+  //    memory itself. Best effort: each step is logged on failure and the rest still runs.
   for (int q = 0; q < nqps_; ++q) qps_[q].qp.reset();
+  for (int s = 0; s < ndevs_; ++s) devs_[s].flushQp.reset();
   for (int s = 0; s < ndevs_; ++s) {
-    if (devs_[s].ctrlMr != nullptr && devs_[s].dev->api().deregMr(devs_[s].ctrlMr) != 0) {
-      MESH_WARN("ibv_dereg_mr (control memory) on %s failed: %s", devs_[s].dev->name().c_str(), strerror(errno));
+    DevSlot& d = devs_[s];
+    if (d.ctrlMr != nullptr && d.dev->api().deregMr(d.ctrlMr) != 0) {
+      MESH_WARN("ibv_dereg_mr (control memory) on %s failed: %s", d.dev->name().c_str(), strerror(errno));
     }
-    devs_[s].ctrlMr = nullptr;
+    d.ctrlMr = nullptr;
   }
+  for (int s = 0; s < ndevs_; ++s) devs_[s].cq.reset();
   free(ctrlMem_);
   ctrlMem_ = nullptr;
 }
@@ -376,15 +428,14 @@ std::vector<LocalNic> RdmaTransport::localNics() const {
 
 ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                                     std::unique_ptr<PreparedConn>* out, HsMessage* local) {
-  CommSettings settings = settings_;
-  if (opts.trafficClass >= 0) settings.tuning.trafficClass = opts.trafficClass;
   std::unique_ptr<Comm> comm;
   if (sender) {
-    comm = std::make_unique<SendComm>(disc_, settings);
+    comm = std::make_unique<SendComm>(disc_, settings_);
   } else {
-    comm = std::make_unique<RecvComm>(disc_, settings);
+    comm = std::make_unique<RecvComm>(disc_, settings_);
   }
-  MESH_CHECK(comm->prepare(routes, local));
+  int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
+  MESH_CHECK(comm->prepare(routes, tc, local));
   *out = std::move(comm);
   return ncclSuccess;
 }

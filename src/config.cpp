@@ -243,10 +243,12 @@ std::vector<Setting> buildTable() {
       intSetting("NCCL_MESH_IB_RNR_RETRY", "7",
                  "QP receiver-not-ready retry count (0..7; 7 = retry forever)", &Config::ibRnrRetry,
                  0, 7),
-      intSetting("NCCL_MESH_IB_TC", "0",
+      intSetting("NCCL_MESH_IB_TC", "-1",
                  "IP traffic class byte of RoCEv2 packets, DSCP in its upper 6 bits "
-                 "(0..255), as NCCL_IB_TC",
-                 &Config::trafficClass, 0, 255),
+                 "(0..255), as NCCL_IB_TC: when set it wins over the communicator's trafficClass "
+                 "(ncclNet v10+); -1 = the communicator's, else 0. The connecting side decides "
+                 "for both ends",
+                 &Config::trafficClass, -1, 255),
       intSetting("NCCL_MESH_IB_SL", "0", "Service level (0..15), as NCCL_IB_SL",
                  &Config::serviceLevel, 0, 15),
       mtuSetting(),

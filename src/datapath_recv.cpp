@@ -15,27 +15,36 @@ void RecvComm::describeCtrl(uint64_t* addr) const {
   *addr = reinterpret_cast<uintptr_t>(ctrl()->sizes);
 }
 
-// The flush QP is connected to itself on link 0's port: an RDMA READ through it reaches
-// the NIC's PCIe path to GPU memory after every earlier write, which is what NCCL needs.
+// One flush QP per device of the comm, connected to itself through the port of the first
+// link on that device: an RDMA READ through it reaches the NIC's PCIe path to GPU memory
+// after every earlier write that NIC placed, which is what NCCL needs. Data striped over
+// several links lands through several NICs, so the flush reads through each of them.
 ncclResult_t RecvComm::createExtra() {
-  const DevSlot& d = devs_[links_[0].devSlot];
   QpCaps caps;
-  caps.maxSendWr = 2 * kFifoDepth;
+  caps.maxSendWr = kFlushQueueDepth;
   caps.maxRecvWr = 1;
-  flushCredits_ = caps.maxSendWr;
-  MESH_CHECK(flushQp_.create(d.dev, links_[0].port->port, d.cq.get(), caps, this));
-  return flushQp_.toInit();
+  for (int s = 0; s < ndevs_; ++s) {
+    DevSlot& d = devs_[s];
+    MESH_CHECK(d.flushQp.create(d.dev, links_[d.firstLink].port->port, d.cq.get(), caps, this));
+    MESH_CHECK(d.flushQp.toInit());
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t RecvComm::activateExtra() {
-  QpRemote self;
-  self.qpn = flushQp_.qpn();
-  self.psn = flushQp_.psn();
-  memcpy(self.gid, links_[0].gid, 16);
-  self.localGidIndex = links_[0].route.gidIndex;
-  self.mtu = links_[0].port->activeMtu;
-  MESH_CHECK(flushQp_.toRtr(self, settings_.tuning));
-  return flushQp_.toRts(settings_.tuning);
+  for (int s = 0; s < ndevs_; ++s) {
+    DevSlot& d = devs_[s];
+    const Link& l = links_[d.firstLink];
+    QpRemote self;
+    self.qpn = d.flushQp.qpn();
+    self.psn = d.flushQp.psn();
+    memcpy(self.gid, l.gid, 16);
+    self.localGidIndex = l.route.gidIndex;
+    self.mtu = l.port->activeMtu;
+    MESH_CHECK(d.flushQp.toRtr(self, tuning_));
+    MESH_CHECK(d.flushQp.toRts(tuning_));
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int* tags,
@@ -59,12 +68,23 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     ibv_recv_wr wr{};
     wr.wr_id = encodeWrId(WrId{WrKind::Recv, static_cast<uint8_t>(q), req->index, req->gen});
     ibv_recv_wr* bad = nullptr;
-    int rc = ibv_post_recv(qps_[q].qp.get(), &wr, &bad);
+    int rc = settings_.ops->postRecv(qps_[q].qp.get(), &wr, &bad);
     if (rc != 0) {
       fail(std::string("ibv_post_recv failed: ") + strerror(rc), ncclSystemError);
       return failure_;
     }
   }
+  MESH_CHECK(postSlots(n, data, sizes, tags, mh, slot));
+  slotOwner_[slot] = req;
+  ++seq_;
+  *out = req;
+  return ncclSuccess;
+}
+
+// Fills the group's FIFO entries in the staging area and RDMA-writes them into the
+// sender's FIFO[slot], seqHead first and seqTail last (see comm.h).
+ncclResult_t RecvComm::postSlots(int n, void** data, const size_t* sizes, const int* tags, MrHandle* const* mh,
+                                 int slot) {
   uint64_t seqMark = seq_ + 1;
   FifoSlot* stage = ctrl()->stage[slot];
   for (int r = 0; r < n; ++r) {
@@ -79,6 +99,7 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     s.nreqs = n;
     s.seqTail = seqMark;
   }
+  Qp& ctrlQp = qps_[0];
   ibv_send_wr& wr = wrs_[0];
   ibv_sge& sge = sges_[0];
   sge.addr = reinterpret_cast<uintptr_t>(stage);
@@ -91,13 +112,11 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   wr.wr.rdma.remote_addr = links_[0].remoteCtrl + static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]);
   wr.wr.rdma.rkey = links_[0].remoteRkey;
   wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, static_cast<uint16_t>(slot), 0});
-  MESH_CHECK(postBatch(0, 1));
-  slotOwner_[slot] = req;
-  ++seq_;
-  *out = req;
-  return ncclSuccess;
+  return postBatch(0, 1);
 }
 
+// As NCCL 2.28.9 net_ib.cc ncclIbIflush: one READ of the last non-empty buffer per device
+// of the comm, since the data may have landed through any of them.
 ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MrHandle* const* mh, Request** out) {
   *out = nullptr;
   MESH_CHECK(failure_);
@@ -111,34 +130,54 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MrHandle* co
   }
   // Host memory needs no flush; neither does GPU memory when NCCL says so.
   if (last < 0 || settings_.gdrFlushDisable || !(gpu || settings_.forceFlush)) return ncclSuccess;
-  MESH_REQUIRE(flushCredits_ > 0, ncclInternalError, "iflush: too many flushes in flight");
+  // kFlushQueueDepth >= kRequestPool: a free request guarantees a free flush WR.
   Request* req = allocRequest(Request::Kind::Flush);
-  MESH_REQUIRE(req != nullptr, ncclInternalError, "iflush: no free request");
-  req->pending = 1;
+  MESH_REQUIRE(req != nullptr, ncclInternalError, "iflush: all %d requests of the comm are in flight", kRequestPool);
+  req->pending = ndevs_;
   req->n = 0;
-  const DevSlot& d = devs_[links_[0].devSlot];
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(&ctrl()->flushWord);
-  sge.length = 1;
-  sge.lkey = d.ctrlMr->lkey;
-  ibv_send_wr wr{};
-  wr.wr_id = encodeWrId(WrId{WrKind::Flush, 0, req->index, req->gen});
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
-  wr.wr.rdma.rkey = mh[last]->rkey[d.deviceIndex];
-  ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(flushQp_.get(), &wr, &bad);
-  if (rc != 0) {
-    freeRequest(req);
-    fail(std::string("posting the flush READ failed: ") + strerror(rc), ncclSystemError);
-    return failure_;
+  for (int s = 0; s < ndevs_; ++s) {
+    DevSlot& d = devs_[s];
+    ibv_sge sge{};
+    sge.addr = reinterpret_cast<uintptr_t>(&ctrl()->flushWord);
+    sge.length = 1;
+    sge.lkey = d.ctrlMr->lkey;
+    ibv_send_wr wr{};
+    wr.wr_id = encodeWrId(WrId{WrKind::Flush, static_cast<uint8_t>(s), req->index, req->gen});
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
+    wr.wr.rdma.rkey = mh[last]->rkey[d.deviceIndex];
+    ibv_send_wr* bad = nullptr;
+    int rc = settings_.ops->postSend(d.flushQp.get(), &wr, &bad);
+    if (rc != 0) {
+      // The READs already posted complete (or flush) with this request's generation;
+      // the comm is failed, so nobody waits for them.
+      fail(std::string("posting the flush READ on ") + d.dev->name() + " failed: " + strerror(rc), ncclSystemError);
+      return failure_;
+    }
   }
-  --flushCredits_;
   *out = req;
   return ncclSuccess;
+}
+
+void RecvComm::onRecv(const WrId& id, const ibv_wc& wc) {
+  Request& r = reqs_[id.index % kRequestPool];
+  if (r.gen != id.gen || r.kind != Request::Kind::Recv || r.pending == 0) return;
+  uint32_t imm = ntohl(wc.imm_data);
+  if (r.n > 1 || imm == kImmViaSizes) {
+    r.viaSizes = true;
+  } else {
+    r.sizes[0] = imm;
+  }
+  if (--r.pending == 0) {
+    if (r.viaSizes) {
+      const volatile uint64_t* sz = ctrl()->sizes[r.slot];
+      for (int i = 0; i < r.n; ++i) r.sizes[i] = sz[i];
+    }
+    slotOwner_[r.slot] = nullptr;
+  }
 }
 
 void RecvComm::onCompletion(const ibv_wc& wc) {
@@ -148,29 +187,13 @@ void RecvComm::onCompletion(const ibv_wc& wc) {
       returnCredits(0);
       return;
     case WrKind::Flush: {
-      ++flushCredits_;
       Request& r = reqs_[id.index % kRequestPool];
-      if (r.gen == id.gen && r.kind == Request::Kind::Flush) r.pending = 0;
+      if (r.gen == id.gen && r.kind == Request::Kind::Flush && r.pending > 0) --r.pending;
       return;
     }
-    case WrKind::Recv: {
-      Request& r = reqs_[id.index % kRequestPool];
-      if (r.gen != id.gen || r.kind != Request::Kind::Recv || r.pending == 0) return;
-      uint32_t imm = ntohl(wc.imm_data);
-      if (r.n > 1 || imm == kImmViaSizes) {
-        r.viaSizes = true;
-      } else {
-        r.sizes[0] = imm;
-      }
-      if (--r.pending == 0) {
-        if (r.viaSizes) {
-          const volatile uint64_t* sz = ctrl()->sizes[r.slot];
-          for (int i = 0; i < r.n; ++i) r.sizes[i] = sz[i];
-        }
-        slotOwner_[r.slot] = nullptr;
-      }
+    case WrKind::Recv:
+      onRecv(id, wc);
       return;
-    }
     default:
       return;
   }

@@ -1,5 +1,5 @@
 // Sender side of the FIFO protocol (see comm.h). Hot path: no allocation, no locks, no
-// syscalls beyond the provider's doorbell in ibv_post_send.
+// syscalls beyond the provider's doorbell in post_send.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -27,16 +27,14 @@ bool SendComm::slotArrived(int slot, int pos, uint64_t expect) const {
          __atomic_load_n(&s->seqHead, __ATOMIC_ACQUIRE) == expect;
 }
 
-ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out) {
+// The group of the next slot (seq), once every entry of it has landed: NULL while it has
+// not, or while the slot's previous group (seq - kFifoDepth) is still on the wire.
+ncclResult_t SendComm::nextGroup(Group** out) {
   *out = nullptr;
-  MESH_CHECK(checkPeer("before isend"));  // an earlier failure, or a peer gone since
   int slot = static_cast<int>(seq_ % kFifoDepth);
   uint64_t expect = seq_ + 1;
   Group& g = groups_[slot];
-  // The slot's previous group (seq - 32) must have completed locally before reuse.
-  if ((g.nreqs != 0 && g.assigned == g.nreqs) || !slotArrived(slot, 0, expect)) {
-    return progress();
-  }
+  if ((g.nreqs != 0 && g.assigned == g.nreqs) || !slotArrived(slot, 0, expect)) return progress();
   const FifoSlot* slots = ctrl()->fifo[slot];
   int nreqs = slots[0].nreqs;
   if (nreqs < 1 || nreqs > kGroupMax) {
@@ -50,38 +48,63 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
     g = Group();
     g.nreqs = nreqs;
   }
+  *out = &g;
+  return ncclSuccess;
+}
+
+// NCCL's IB transport truncates silently (ncclIbIsend: size = min(size, slot size)); one
+// WARN per comm says it happened, since NCCL never sends more than it posted itself.
+void SendComm::warnTruncation(size_t size, uint64_t posted, int tag) {
+  if (warnedTruncation_) return;
+  warnedTruncation_ = true;
+  MESH_WARN("isend to %s: %zu bytes truncated to the %llu bytes the peer posted (tag %d), as NCCL's IB "
+            "transport does; further truncations on this comm are not logged",
+            peer.c_str(), size, static_cast<unsigned long long>(posted), tag);
+}
+
+ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out) {
+  *out = nullptr;
+  MESH_CHECK(checkPeer("before isend"));  // an earlier failure, or a peer gone since
+  Group* g = nullptr;
+  MESH_CHECK(nextGroup(&g));
+  if (g == nullptr) return ncclSuccess;  // no slot yet: NCCL retries
+  int slot = static_cast<int>(seq_ % kFifoDepth);
+  const FifoSlot* slots = ctrl()->fifo[slot];
   int pos = -1;
-  for (int r = 0; r < nreqs && pos < 0; ++r) {
-    if (slots[r].tag == tag && g.reqs[r] == nullptr) pos = r;
+  for (int r = 0; r < g->nreqs && pos < 0; ++r) {
+    if (slots[r].tag == tag && g->reqs[r] == nullptr) pos = r;
   }
-  MESH_REQUIRE(pos >= 0, ncclInvalidUsage,
-               "isend to %s: tag %d matches no buffer of the receive the peer posted (%d buffers)",
-               peer.c_str(), tag, nreqs);
-  MESH_REQUIRE(size <= slots[pos].size, ncclInvalidUsage,
-               "isend to %s: %zu bytes do not fit the peer's %llu-byte receive buffer (tag %d); the "
-               "ranks disagree on the message size",
-               peer.c_str(), size, static_cast<unsigned long long>(slots[pos].size), tag);
+  if (pos < 0) return ncclSuccess;  // the tag is for a later slot (or none): NCCL retries
+  if (size > slots[pos].size) {
+    warnTruncation(size, slots[pos].size, tag);
+    size = slots[pos].size;
+  }
   MESH_REQUIRE(size == 0 || mh != nullptr, ncclInvalidArgument, "isend of %zu bytes without a memory handle", size);
   Request* req = allocRequest(Request::Kind::Send);
-  MESH_REQUIRE(req != nullptr, ncclInternalError, "isend: more than %d requests in flight", kRequestPool);
+  if (req == nullptr) return ncclSuccess;  // every request in flight: NCCL retries
   req->data = static_cast<const char*>(data);
   req->size = size;
   req->mh = mh;
   req->slot = slot;
-  req->slotPos = pos;
   req->sizes[0] = size;
   req->pending = 1;  // cleared when the group's final WRs complete
-  g.reqs[pos] = req;
-  if (++g.assigned == g.nreqs) {
-    for (int r = 0; r < g.nreqs; ++r) ctrl()->sizesStage[slot][r] = g.reqs[r]->size;
-    g.pendingQps = nqps_;
-    postQueue_[(postHead_ + postCount_) % kFifoDepth] = slot;
-    ++postCount_;
-    ++seq_;
-    MESH_CHECK(pump());
-  }
+  g->reqs[pos] = req;
   *out = req;
-  return ncclSuccess;
+  if (++g->assigned < g->nreqs) return ncclSuccess;
+  return queueGroup(slot);
+}
+
+// Every entry of the group has its send: queue its writes (posted in slot order) and move
+// on to the next slot. Writing each buffer as its send arrives would need a completion per
+// buffer on the receiver; the group's immediate and sizes write cover all of them at once.
+ncclResult_t SendComm::queueGroup(int slot) {
+  Group& g = groups_[slot];
+  for (int r = 0; r < g.nreqs; ++r) ctrl()->sizesStage[slot][r] = g.reqs[r]->size;
+  g.pendingQps = nqps_;
+  postQueue_[(postHead_ + postCount_) % kFifoDepth] = slot;
+  ++postCount_;
+  ++seq_;
+  return pump();
 }
 
 void SendComm::shareOf(const Request* r, int q, size_t* lo, size_t* hi) const {

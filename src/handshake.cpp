@@ -606,9 +606,15 @@ ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>
   }
 }
 
-void Handshaker::abandonConnect(std::shared_ptr<Connector> c) {
-  auto cancel = [this, c] { finishConnect(this, c.get(), "abandoned", ncclInternalError); };
-  if (!reactor_->post(cancel)) c->conn.reset();
+void Handshaker::discardConnect(std::shared_ptr<Connector> c) {
+  auto discard = [this, c] {
+    finishConnect(this, c.get(), "abandoned", ncclInternalError);  // a pending one: socket, comm
+    if (c->result != nullptr) {
+      closeControl(c->result->control);
+      c->result.reset();
+    }
+  };
+  if (!reactor_->post(discard)) discard();
 }
 
 namespace {

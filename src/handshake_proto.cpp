@@ -23,8 +23,12 @@ static_assert(kOffToken + 8 == kHsHeaderSize, "header fields must tile the heade
 // HELLO/ACCEPT body prefix offsets (relative to the end of the header).
 constexpr size_t kOffLinkCount = 0;
 constexpr size_t kOffQpsPerLink = 1;
-constexpr size_t kOffPrefixReserved = 2;
-static_assert(kOffPrefixReserved + 2 == kHsBodyPrefixSize, "prefix fields must tile the prefix");
+constexpr size_t kOffTrafficClass = 2;
+constexpr size_t kOffClasses = 3;
+static_assert(kOffClasses + 1 == kHsBodyPrefixSize, "prefix fields must tile the prefix");
+constexpr uint8_t kClassesCarried = 0x80;  // bit 7 of `classes`
+constexpr uint8_t kClassesReserved = 0x70;
+constexpr uint8_t kMaxServiceLevel = 15;
 
 // LinkInfo offsets. The fields the header lists end at 24; the last 8 bytes are reserved
 // (the header's own layout string adds up to 28, its kHsLinkSize says 32: the 4 bytes it
@@ -191,6 +195,25 @@ bool checkEncodable(const HsMessage& msg, std::string* error) {
   for (size_t i = 0; i < msg.qps.size(); ++i) {
     if (!checkQp(msg.qps[i], i, error)) return false;
   }
+  if (msg.trafficClass >= 0 &&
+      (msg.trafficClass > 255 || msg.serviceLevel < 0 || msg.serviceLevel > kMaxServiceLevel)) {
+    return fail(error, "traffic class " + str(static_cast<uint64_t>(msg.trafficClass)) + " / service level " +
+                           std::to_string(msg.serviceLevel) + " out of range (0..255 / 0..15)");
+  }
+  return true;
+}
+
+// Bytes 2..3 of a HELLO/ACCEPT body: the connection's traffic class and service level.
+bool getClasses(const uint8_t* prefix, HsMessage* msg, std::string* error) {
+  uint8_t tc = prefix[kOffTrafficClass];
+  uint8_t classes = prefix[kOffClasses];
+  if ((classes & kClassesReserved) != 0 || (!(classes & kClassesCarried) && (classes != 0 || tc != 0))) {
+    return fail(error, std::string(typeName(msg->type)) + " has non-zero reserved bytes after the counts");
+  }
+  if (classes & kClassesCarried) {
+    msg->trafficClass = tc;
+    msg->serviceLevel = classes & 0x0f;
+  }
   return true;
 }
 
@@ -258,9 +281,7 @@ bool parseQpBody(const uint8_t* in, size_t len, HsMessage* msg, std::string* err
   size_t links = prefix[kOffLinkCount];
   size_t qpsPerLink = prefix[kOffQpsPerLink];
   if (!checkCounts(msg->type, links, qpsPerLink, error)) return false;
-  if (getLe(prefix + kOffPrefixReserved, 2) != 0) {
-    return fail(error, std::string(name) + " has non-zero reserved bytes after the counts");
-  }
+  if (!getClasses(prefix, msg, error)) return false;
   size_t need = qpMessageSize(links, qpsPerLink);
   if (len != need) {
     return fail(error, std::string(name) + " with " + str(links) + " links x " + str(qpsPerLink) +
@@ -303,6 +324,10 @@ bool encodeHandshake(const HsMessage& msg, std::vector<uint8_t>* out, std::strin
   } else if (carriesQps(msg.type)) {
     p[kOffLinkCount] = static_cast<uint8_t>(msg.links.size());
     p[kOffQpsPerLink] = static_cast<uint8_t>(msg.qpsPerLink);
+    if (msg.trafficClass >= 0) {
+      p[kOffTrafficClass] = static_cast<uint8_t>(msg.trafficClass);
+      p[kOffClasses] = static_cast<uint8_t>(kClassesCarried | msg.serviceLevel);
+    }
     p += kHsBodyPrefixSize;
     for (const HsLink& link : msg.links) {
       putLink(p, link);

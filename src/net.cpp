@@ -19,52 +19,73 @@ struct ListenComm {
   std::shared_ptr<Listener> listener;
 };
 
-namespace {
+// --- NetTables ------------------------------------------------------------------------------
 
-// Connects in progress, keyed by the handle buffer NCCL passes on every retry (and the
-// token in it, so a reused buffer with a new handle starts afresh). NCCL's threads only.
-struct PendingConnects {
-  struct Entry {
-    uint64_t token;
-    std::shared_ptr<Connector> connector;
-  };
-  std::mutex mutex;
-  std::unordered_map<const void*, Entry> byHandle;
-};
-
-PendingConnects& pendingConnects() {
-  static PendingConnects p;  // destroyed when the library is unloaded
-  return p;
-}
-
-// Every comm handed to NCCL, with its kind, so a double close or a close through the wrong
-// entry point is an error instead of a double free. Consulted only on create and close.
-enum class CommKind { Send, Recv, Listen };
-struct LiveComms {
-  std::mutex mutex;
-  std::unordered_map<const void*, CommKind> kinds;
-};
-
-LiveComms& liveComms() {
-  static LiveComms l;
-  return l;
-}
-
-void remember(const void* comm, CommKind kind) {
+void NetTables::remember(const void* comm, Kind kind) {
   if (comm == nullptr) return;
-  std::lock_guard<std::mutex> lock(liveComms().mutex);
-  liveComms().kinds[comm] = kind;
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_[comm] = kind;
 }
 
-ncclResult_t forget(const void* comm, CommKind kind, const char* what) {
-  std::lock_guard<std::mutex> lock(liveComms().mutex);
-  auto it = liveComms().kinds.find(comm);
-  MESH_REQUIRE(it != liveComms().kinds.end(), ncclInvalidUsage, "%s: %p is not an open comm (closed twice?)",
-               what, comm);
+ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(comm);
+  MESH_REQUIRE(it != live_.end(), ncclInvalidUsage, "%s: %p is not an open comm (closed twice?)", what, comm);
   MESH_REQUIRE(it->second == kind, ncclInvalidUsage, "%s: %p is a different kind of comm", what, comm);
-  liveComms().kinds.erase(it);
+  live_.erase(it);
   return ncclSuccess;
 }
+
+std::shared_ptr<Connector> NetTables::pendingConnect(const void* handle, uint64_t token) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pending_.find(handle);
+  return it != pending_.end() && it->second.token == token ? it->second.connector : nullptr;
+}
+
+NetTables::PendingConnect NetTables::addPendingConnect(const void* handle, PendingConnect connect) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PendingConnect& slot = pending_[handle];
+  PendingConnect replaced = std::move(slot);
+  slot = std::move(connect);
+  return replaced;
+}
+
+void NetTables::endPendingConnect(const void* handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.erase(handle);
+}
+
+namespace {
+ncclResult_t closeComm(Comm* comm);
+}  // namespace
+
+void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
+  std::unordered_map<const void*, Kind> live;
+  std::vector<PendingConnect> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live.swap(live_);
+    for (auto& kv : pending_) pending.push_back(std::move(kv.second));
+    pending_ = decltype(pending_)();  // frees the buckets: this lives in static storage
+  }
+  for (PendingConnect& p : pending) plugin->handshakerFor(p.dev)->discardConnect(p.connector);
+  for (auto& kv : live) {
+    void* comm = const_cast<void*>(kv.first);
+    if (kv.second == Kind::Listen) {
+      auto* lc = static_cast<ListenComm*>(comm);
+      plugin->handshakerFor(lc->dev)->closeListener(lc->listener);
+      delete lc;
+    } else if (kv.second == Kind::Send) {
+      closeComm(static_cast<SendComm*>(comm));  // NCCL holds the SendComm*/RecvComm* as void*
+    } else {
+      closeComm(static_cast<RecvComm*>(comm));
+    }
+  }
+  *connects = pending.size();
+  *comms = live.size();
+}
+
+namespace {
 
 // The connection machinery of NCCL device `dev`, once the node has a mesh device and `dev`
 // is one of them.
@@ -107,7 +128,7 @@ ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
   }
   memcpy(handle, bytes, kHandleSize);
   *out = lc.release();
-  remember(*out, CommKind::Listen);
+  Plugin::instance().tables().remember(*out, NetTables::Kind::Listen);
   return ncclSuccess;
 }
 
@@ -121,27 +142,19 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
     MESH_WARN("connect: malformed handle: %s", error.c_str());
     return ncclInvalidArgument;
   }
-  PendingConnects& pc = pendingConnects();
-  std::shared_ptr<Connector> connector;
-  {
-    std::lock_guard<std::mutex> lock(pc.mutex);
-    auto it = pc.byHandle.find(handle);
-    if (it != pc.byHandle.end() && it->second.token == h.token) connector = it->second.connector;
-  }
+  NetTables& tables = Plugin::instance().tables();
+  std::shared_ptr<Connector> connector = tables.pendingConnect(handle, h.token);
   if (connector == nullptr) {
     MESH_CHECK(startConnect(hs, dev, h, opts, &connector));
-    std::lock_guard<std::mutex> lock(pc.mutex);
-    pc.byHandle[handle] = {h.token, connector};
+    NetTables::PendingConnect replaced = tables.addPendingConnect(handle, {h.token, connector, dev});
+    if (replaced.connector != nullptr) Plugin::instance().handshakerFor(replaced.dev)->discardConnect(replaced.connector);
   }
   std::unique_ptr<PreparedConn> conn;
   ncclResult_t r = hs->pollConnect(connector.get(), &conn);
-  if (r != ncclSuccess || conn != nullptr) {
-    std::lock_guard<std::mutex> lock(pc.mutex);
-    pc.byHandle.erase(handle);
-  }
+  if (r != ncclSuccess || conn != nullptr) tables.endPendingConnect(handle);
   MESH_CHECK(r);
   *out = static_cast<SendComm*>(conn.release());
-  remember(*out, CommKind::Send);
+  tables.remember(*out, NetTables::Kind::Send);
   return ncclSuccess;
 }
 
@@ -150,7 +163,7 @@ ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
   std::unique_ptr<PreparedConn> conn;
   MESH_CHECK(Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn));
   *out = static_cast<RecvComm*>(conn.release());
-  remember(*out, CommKind::Recv);
+  Plugin::instance().tables().remember(*out, NetTables::Kind::Recv);
   return ncclSuccess;
 }
 
@@ -200,17 +213,17 @@ ncclResult_t closeComm(Comm* comm) {
 }  // namespace
 
 ncclResult_t netCloseSend(SendComm* comm) {
-  MESH_CHECK(forget(comm, CommKind::Send, "closeSend"));
+  MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Send, "closeSend"));
   return closeComm(comm);
 }
 
 ncclResult_t netCloseRecv(RecvComm* comm) {
-  MESH_CHECK(forget(comm, CommKind::Recv, "closeRecv"));
+  MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Recv, "closeRecv"));
   return closeComm(comm);
 }
 
 ncclResult_t netCloseListen(ListenComm* comm) {
-  MESH_CHECK(forget(comm, CommKind::Listen, "closeListen"));
+  MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Listen, "closeListen"));
   Plugin::instance().handshakerFor(comm->dev)->closeListener(comm->listener);
   delete comm;
   return ncclSuccess;

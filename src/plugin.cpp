@@ -1,6 +1,12 @@
 #include "mesh/plugin.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include <cstdlib>
 #include <new>
@@ -21,6 +27,14 @@ Plugin& Plugin::instance() {
   return *plugin;
 }
 
+namespace {
+// Set in a child forked after init; see Plugin::inForkedChild().
+std::atomic<bool> gForkedChild{false};
+void markForkedChild() { gForkedChild.store(true, std::memory_order_relaxed); }
+}  // namespace
+
+bool Plugin::inForkedChild() { return gForkedChild.load(std::memory_order_relaxed); }
+
 ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
   std::lock_guard<std::mutex> lock(initMutex_);
   if (logger != nullptr) setLogger(logger);
@@ -36,6 +50,7 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
   if (loadVerbs(config_.ibverbsLib, &verbs_, &why) != ncclSuccess) {
     MESH_WARN("no RDMA: %s. The Mesh network reports 0 devices.", why.c_str());
   } else {
+    initFork();  // before any device is opened or memory registered
     MESH_CHECK(discoverPorts(verbs_, config_, &discovery_));
     if (discovery_.ports.empty()) {
       std::string filter = config_.hca.empty() ? "" : ", NCCL_MESH_HCA=" + config_.hca;
@@ -44,23 +59,68 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
                 discovery_.emptyReason.empty() ? "" : ": ", discovery_.emptyReason.c_str(), filter.c_str());
     }
   }
-  // Started last, so a failed init leaves no thread behind.
-  MESH_CHECK(reactor_.start());
+  // The reactor serves handshakes and async events: with no port there are none, and no
+  // thread. Started last, so a failed init leaves no thread behind.
+  if (!discovery_.ports.empty()) MESH_CHECK(reactor_.start());
   buildNetDevices();
   buildConnectionMachinery();
   watchAsyncEvents();
+  // Registered once per load of the library: glibc drops a DSO's fork handlers when it is
+  // dlclosed (__cxa_finalize), so a reloaded copy registers its own.
+  static bool atforkRegistered = false;
+  if (!atforkRegistered) atforkRegistered = pthread_atfork(nullptr, nullptr, markForkedChild) == 0;
+  initPid_ = getpid();
   initialized_ = true;
   return ncclSuccess;
 }
 
+// As NCCL's IB transport, which calls ibv_fork_init() before it opens a device (2.28.9
+// net_ib.cc ncclIbInitDevices; 2.30.7 net_ib/init.cc): PyTorch's DataLoader workers and
+// inference servers fork while NCCL runs. rdma-core's own state is honoured: nothing to do
+// when the kernel already copies pinned pages into the child (IBV_FORK_UNNEEDED) or fork
+// support is on (RDMAV_FORK_SAFE / IBV_FORK_SAFE made rdma-core enable it).
+void Plugin::initFork() {
+  if (verbs_.isForkInitialized != nullptr) {
+    ibv_fork_status state = verbs_.isForkInitialized();
+    if (state == IBV_FORK_UNNEEDED || state == IBV_FORK_ENABLED) {
+      MESH_INFO(NCCL_INIT, "fork: %s", state == IBV_FORK_UNNEEDED
+                                           ? "unneeded (the kernel copies registered pages into a forked child)"
+                                           : "enabled (rdma-core's fork support is already on)");
+      return;
+    }
+  } else if (getenv("RDMAV_FORK_SAFE") != nullptr || getenv("IBV_FORK_SAFE") != nullptr) {
+    MESH_INFO(NCCL_INIT, "fork: enabled (RDMAV_FORK_SAFE/IBV_FORK_SAFE: rdma-core turns it on itself)");
+    return;
+  }
+  int rc = verbs_.forkInit != nullptr ? verbs_.forkInit() : ENOSYS;
+  if (rc != 0) {
+    MESH_WARN("ibv_fork_init failed: %s; a process that forks after registering memory may corrupt "
+              "RDMA transfers (set RDMAV_FORK_SAFE=1 before anything initializes rdma-core)",
+              strerror(rc));
+    return;
+  }
+  MESH_INFO(NCCL_INIT, "fork: enabled (ibv_fork_init: registered pages are not mapped in a forked child)");
+}
+
 void Plugin::shutdown() {
   std::lock_guard<std::mutex> lock(initMutex_);
+  // A forked child shares the parent's uverbs file: deregistering, deallocating or closing
+  // through it would tear down the PARENT's objects, and the reactor thread does not exist
+  // here to be joined. The child's copy is left as it is; exit() reclaims its memory.
+  if (initPid_ != 0 && getpid() != initPid_) return;
   // Reverse order of construction: the reactor first (its handlers hold pending handshakes
-  // and their half-built comms), then what the comms used, then the devices.
+  // and their half-built comms), then the comms and connects NCCL left behind, then what
+  // the comms used, then the devices.
   // Containers are emptied by assigning empty ones, which frees their buffers too: this
   // object lives in the library's static storage, so whatever it still points to when
   // NCCL dlcloses the library would be leaked for good.
   reactor_.stop();
+  size_t connects = 0, comms = 0;
+  tables_.releaseAll(this, &connects, &comms);
+  if (connects + comms > 0) {
+    MESH_INFO(NCCL_INIT | NCCL_NET, "shutdown: ended %zu pending connect(s) and closed %zu comm(s) NCCL left open",
+              connects, comms);
+  }
   handshakers_ = decltype(handshakers_)();
   transports_ = decltype(transports_)();
   registry_.reset();
@@ -69,6 +129,7 @@ void Plugin::shutdown() {
   discovery_ = Discovery();
   unloadVerbs(&verbs_);
   config_ = Config();
+  initPid_ = 0;
   initialized_ = false;
 }
 
@@ -82,41 +143,13 @@ ncclResult_t Plugin::device(int dev, const NetDevice** out) const {
 }
 
 void Plugin::buildNetDevices() {
-  netDevices_.clear();
+  netDevices_ = makeNetDevices(discovery_.ports, config_);
   const std::vector<MeshPort>& ports = discovery_.ports;
-  auto fill = [&](NetDevice* d, const MeshPort& p) {
-    d->pciPath = p.pciPath;
-    d->guid = p.guid;
-    d->port = p.port;
-    d->speedMbps = config_.speedMbps > 0 ? config_.speedMbps : p.speedMbps;
-    d->ptrSupport = kPtrHost | (p.gdr ? kPtrCuda : 0) | (p.dmabuf ? kPtrDmabuf : 0);
-    d->maxRecvs = kMaxRecvs;
-  };
-  if (ports.empty()) return;
-  if (config_.devices == DeviceMode::Port) {
-    for (size_t i = 0; i < ports.size(); ++i) {
-      NetDevice d;
-      d.name = ports[i].device + ":" + std::to_string(ports[i].port);
-      d.ports = {static_cast<int>(i)};
-      fill(&d, ports[i]);
-      netDevices_.push_back(d);
-    }
-  } else {
-    // One device for the node. Its speed is one link's: NCCL sizes channels per device,
-    // and any one peer is normally reached over a single cable.
-    NetDevice d;
-    d.name = "mesh";
-    for (size_t i = 0; i < ports.size(); ++i) d.ports.push_back(static_cast<int>(i));
-    fill(&d, ports[0]);
-    for (const MeshPort& p : ports) {
-      if (!p.gdr) d.ptrSupport &= ~kPtrCuda;
-      if (!p.dmabuf) d.ptrSupport &= ~kPtrDmabuf;
-    }
-    netDevices_.push_back(d);
-  }
   for (const NetDevice& d : netDevices_) {
-    MESH_INFO(NCCL_INIT | NCCL_NET, "device %s: %zu port(s), speed %d Mbps, ptrSupport 0x%x",
-              d.name.c_str(), d.ports.size(), d.speedMbps, d.ptrSupport);
+    MESH_INFO(NCCL_INIT | NCCL_NET, "device %s: %zu port(s), speed %d Mbps, ptrSupport 0x%x, pciPath %s, guid 0x%llx",
+              d.name.c_str(), d.ports.size(), d.speedMbps, d.ptrSupport,
+              d.pciPath.empty() ? "none (ports on several PCI devices, or none)" : d.pciPath.c_str(),
+              static_cast<unsigned long long>(d.guid));
   }
   for (const MeshPort& p : ports) {
     for (const PortAddress& a : p.addrs) {
@@ -142,7 +175,7 @@ CommSettings Plugin::commSettings() const {
   s.tuning.timeout = config_.ibTimeout;
   s.tuning.retryCnt = config_.ibRetryCnt;
   s.tuning.rnrRetry = config_.ibRnrRetry;
-  s.tuning.trafficClass = config_.trafficClass;
+  s.envTrafficClass = config_.trafficClass;
   s.tuning.serviceLevel = config_.serviceLevel;
   return s;
 }

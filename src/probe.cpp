@@ -124,7 +124,7 @@ template <typename Stop>
 bool waitRequest(Request* req, Clock::time_point deadline, Stop stop, std::string* why) {
   for (;;) {
     int done = 0, count = 0;
-    size_t sizes[kMaxRecvs] = {};
+    size_t sizes[kGroupMax] = {};
     ncclResult_t r = netTest(req, &done, sizes, &count);
     if (r != ncclSuccess) {
       *why = failureText(r, "test");

@@ -167,7 +167,6 @@ void Reactor::run() {
   epoll_event events[64];
   while (!stopping_.load(std::memory_order_acquire)) {
     int n = epoll_wait(epollFd_, events, 64, nextTimeoutMs());
-    loops_.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && errno != EINTR) {
       MESH_WARN("epoll_wait failed: %s; handshake reactor stops", strerror(errno));
       stopping_.store(true, std::memory_order_release);  // post() refuses from now on

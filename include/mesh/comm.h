@@ -3,28 +3,36 @@
 // Protocol (one grouped receive = one FIFO slot, seq = per-comm counter, slot = seq % 32):
 //  1. irecv posts one RECV per QP (for the completion immediates), fills n FifoSlots in its
 //     local staging area and RDMA-WRITEs them into the sender's FIFO[slot].
-//  2. isend waits (returning a NULL request) until FIFO[slot] holds seq+1 in both seqHead
-//     and seqTail of every slot of the group, then matches its tag to a slot; once all n
-//     sends of the group are there it RDMA-WRITEs the data, split over the comm's QPs
-//     (128-byte aligned chunks above NCCL_MESH_SPLIT_MIN) and across parallel links.
+//  2. isend looks only at the NEXT slot (seq): until FIFO[slot] holds seq+1 in both seqHead
+//     and seqTail of every entry of the group it returns a NULL request. Then its tag picks
+//     an entry of the group that no send has taken yet; no such entry (the tag belongs to a
+//     later group, or to none) is a NULL request too, retried by NCCL. A send larger than
+//     its entry is truncated to it. Once all n entries have their send, the group's data is
+//     RDMA-WRITTEN, split over the comm's QPs (128-byte aligned chunks above
+//     NCCL_MESH_SPLIT_MIN) and across parallel links, and seq moves on. (As NCCL 2.28.9
+//     net_ib.cc ncclIbIsend; why the group waits for its last send: docs/DESIGN-notes.md.)
 //  3. The last WR of the group on every QP carries an immediate: the byte count when n==1
 //     and it fits 31 bits; otherwise (grouped receive, or a send of 2 GiB or more) the
 //     immediate is kImmViaSizes and QP 0's last WR writes the sizes into the receiver's
 //     sizes[slot], so they are in place before the receiver counts that completion.
 //  4. The receive completes when every QP's immediate arrived; the send when every QP's
-//     signaled final WR completed.
+//     signaled final WR completed. A GPUDirect flush reads through every device of the comm.
 //
 // Remote-written memory (who writes, who reads):
 //  - SendCtrl::fifo: written by the RECEIVER's NIC, read by the sender's CPU. A slot is
 //    accepted only when seqHead and seqTail (first and last 8 bytes) both equal seq+1; the
 //    NIC places a message's bytes in order, so a half-written slot never validates. Reads go
-//    through volatile loads followed by an acquire fence before the other fields.
+//    through acquire loads of both sequence words before the other fields.
 //  - RecvCtrl::sizes: written by the SENDER's NIC before the final immediate on QP 0; read
 //    by the receiver's CPU only after that completion was polled (the CQE orders it).
-//  - RecvCtrl::flushWord: target of the GPUDirect flush READ; its value is never used.
+//  - RecvCtrl::flushWord: target of the GPUDirect flush READs; its value is never used.
 //
-// Threads: a comm is used by one NCCL thread at a time; nothing here locks. `control` is
-// the only field another thread (the reactor) writes (atomic).
+// Verbs objects: the comm owns its QPs, flush QPs, CQs, control memory and its MRs; close()
+// releases them in one order (every QP to ERR, drain, QPs, MRs, CQs, memory), whatever
+// state the comm is in. The devices (context, PD) belong to the plugin and outlive it.
+//
+// Threads: a comm is used by one NCCL thread at a time; nothing here locks. `asyncEvent_`
+// is the only field another thread (the reactor) writes (atomic).
 #pragma once
 
 #include <atomic>
@@ -35,6 +43,7 @@
 #include <vector>
 
 #include "err.h"
+#include "mesh/data_ops.h"
 #include "mesh/handshake_proto.h"
 #include "mesh/mr_cache.h"
 #include "mesh/nic_discovery.h"
@@ -44,14 +53,28 @@
 
 namespace mesh {
 
-constexpr int kFifoDepth = 32;       // NCCL_NET_MAX_REQUESTS
-constexpr int kGroupMax = 8;         // maxRecvs
+// Capacity. NCCL's plugin README: a comm must take NCCL_NET_MAX_REQUESTS (32) requests of
+// up to maxRecvs (8) buffers each; running out of anything is a NULL request, never an
+// error.
+constexpr int kFifoDepth = 32;                        // grouped receives in flight
+constexpr int kGroupMax = 8;                          // maxRecvs: buffers per grouped receive
+constexpr int kRequestPool = kFifoDepth * kGroupMax;  // 256 sends, or receives + flushes
 constexpr int kMaxLinks = kHsMaxLinks;
-constexpr int kMaxQps = 16;          // per comm, over all links
-constexpr int kRequestPool = 2 * kFifoDepth;
-constexpr int kMaxBatch = 32;        // WRs per ibv_post_send call
-constexpr int kSendQueueDepth = 128; // per data QP
-constexpr uint32_t kImmViaSizes = 0xffffffffu;  // immediate: "read sizes[slot]"
+constexpr int kMaxQps = 16;                           // data QPs per comm, over all links
+constexpr int kMaxBatch = 32;                         // WRs per post_send call
+constexpr int kSendQueueDepth = 128;                  // sender's data QPs
+constexpr int kCtrlQueueDepth = 2 * kFifoDepth;       // receiver's QP 0: FIFO slot writes
+constexpr int kRecvQueueDepth = 2 * kFifoDepth;       // receiver's QPs: one RECV per irecv
+constexpr int kFlushQueueDepth = kRequestPool;        // flush QPs: one READ per flush request
+constexpr uint32_t kImmViaSizes = 0xffffffffu;        // immediate: "read sizes[slot]"
+
+static_assert(kMaxQps <= (1 << kWrIdQpBits) && kMaxLinks <= (1 << kWrIdQpBits), "QPs fit the wr_id qp field");
+static_assert(kRequestPool <= (1 << kWrIdIndexBits), "requests fit the wr_id index field");
+static_assert(kFifoDepth <= (1 << kWrIdIndexBits), "FIFO slots fit the wr_id index field");
+static_assert(kRecvQueueDepth >= kFifoDepth, "a RECV per QP for every grouped receive in flight");
+static_assert(kCtrlQueueDepth >= kFifoDepth, "a slot write for every grouped receive in flight");
+static_assert(kFlushQueueDepth >= kRequestPool, "flush READs cannot run out before requests do");
+static_assert(kSendQueueDepth > kMaxBatch, "a batch always fits an empty send queue");
 
 struct alignas(64) FifoSlot {
   uint64_t seqHead;            // seq + 1; first field written
@@ -93,7 +116,6 @@ struct Request {
   const char* data = nullptr;
   size_t size = 0;
   const MrHandle* mh = nullptr;
-  int slotPos = 0;               // which buffer of the grouped receive
 };
 
 struct CommSettings {
@@ -104,8 +126,15 @@ struct CommSettings {
   int gidIndex = -1;             // NCCL_MESH_GID_INDEX: forced GID index, -1 per address
   bool forceFlush = false;       // flush host memory too (tests)
   bool gdrFlushDisable = false;
-  QpTuning tuning;
+  int envTrafficClass = -1;      // NCCL_MESH_IB_TC; -1: unset (see resolveTrafficClass)
+  QpTuning tuning;               // trafficClass is resolved per connection
+  const DataOps* ops = verbsDataOps();  // the data path's verbs calls (a fake in unit tests)
 };
+
+// NCCL's precedence (2.28.9 net_ib.cc ncclIbConnect, 2.30.7 net_ib/connect.cc
+// ncclIbConnectImpl): the environment's class when set, else the communicator's
+// (ncclNet v10+ config), else 0. Decided by the connecting (sending) side.
+int resolveTrafficClass(int envTrafficClass, int commTrafficClass);
 
 // Everything both comm kinds own: links, QPs, CQs, control region, request pool.
 class Comm : public PreparedConn {
@@ -113,10 +142,13 @@ class Comm : public PreparedConn {
   Comm(bool sender, const Discovery* disc, CommSettings settings);
   ~Comm() override;
 
-  ncclResult_t prepare(const std::vector<Route>& routes, HsMessage* local);
+  // `trafficClass`: resolved by resolveTrafficClass(); a receiver replaces it (and the
+  // service level) with the sender's from its HELLO in activate().
+  ncclResult_t prepare(const std::vector<Route>& routes, int trafficClass, HsMessage* local);
   ncclResult_t activate(const HsMessage& remote);
   ncclResult_t test(Request* req, int* done, size_t* sizes);
-  // QPs to ERR, drain, destroy. Safe with requests in flight.
+  // Releases every verbs object the comm owns, in order (see the header comment). Safe with
+  // requests in flight and on a half-built comm; idempotent.
   void close();
   // Reactor thread: a fatal asynchronous event hit one of this comm's QPs. The comm is alive
   // (ibv_destroy_qp waits until the event is acknowledged); the next call fails.
@@ -135,8 +167,10 @@ class Comm : public PreparedConn {
   struct DevSlot {
     const VerbsDevice* dev = nullptr;
     int deviceIndex = 0;
+    int firstLink = 0;            // the flush QP loops back through this link's port
     CompletionQueue cq;
     ibv_mr* ctrlMr = nullptr;
+    QueuePair flushQp;            // receiver only: the GPUDirect flush READs
   };
   struct Qp {
     QueuePair qp;
@@ -165,12 +199,13 @@ class Comm : public PreparedConn {
   const bool sender_;
   const Discovery* disc_;
   const CommSettings settings_;
+  QpTuning tuning_;                  // settings_.tuning with this connection's classes
   std::vector<Link> links_;
   DevSlot devs_[kMaxLinks];
   int ndevs_ = 0;
   Qp qps_[kMaxQps];
   int nqps_ = 0;
-  void* ctrlMem_ = nullptr;
+  void* ctrlMem_ = nullptr;          // whole pages (fork safety: see prepare())
   size_t ctrlSize_ = 0;
   uint64_t seq_ = 0;
   Request reqs_[kRequestPool];
@@ -187,8 +222,12 @@ class Comm : public PreparedConn {
   ibv_sge sges_[kMaxBatch] = {};
 
  private:
+  ncclResult_t allocCtrl();
   ncclResult_t createDevSlots();
   ncclResult_t createQps();
+  void describe(HsMessage* local) const;
+  ncclResult_t connectQp(int q, const HsQp& remote);
+  void drain();
   virtual ncclResult_t createExtra() { return ncclSuccess; }
   virtual ncclResult_t activateExtra() { return ncclSuccess; }
   virtual void describeCtrl(uint64_t* addr) const = 0;
@@ -197,6 +236,8 @@ class Comm : public PreparedConn {
 class SendComm : public Comm {
  public:
   SendComm(const Discovery* disc, CommSettings settings);
+  // *out NULL with ncclSuccess: not now (no slot posted, its tag not in the slot, or out
+  // of requests); NCCL calls again.
   ncclResult_t isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out);
 
  private:
@@ -216,6 +257,10 @@ class SendComm : public Comm {
   void describeCtrl(uint64_t* addr) const override;
   void onCompletion(const ibv_wc& wc) override;
   bool slotArrived(int slot, int pos, uint64_t expect) const;
+  // The next slot's group when it has fully arrived (NULL otherwise, or on a bad slot).
+  ncclResult_t nextGroup(Group** out);
+  void warnTruncation(size_t size, uint64_t posted, int tag);
+  ncclResult_t queueGroup(int slot);
   ncclResult_t pump();
   ncclResult_t postShare(int slot, int q, bool* finished);
   void shareOf(const Request* r, int q, size_t* lo, size_t* hi) const;
@@ -223,25 +268,29 @@ class SendComm : public Comm {
   Group groups_[kFifoDepth];
   int postQueue_[kFifoDepth] = {};
   int postHead_ = 0, postCount_ = 0;
+  bool warnedTruncation_ = false;
 };
 
 class RecvComm : public Comm {
  public:
   RecvComm(const Discovery* disc, CommSettings settings);
+  // *out NULL with ncclSuccess: not now (every FIFO slot or request in use).
   ncclResult_t irecv(int n, void** data, const size_t* sizes, const int* tags, MrHandle* const* mh,
                      Request** out);
+  // *out NULL means "nothing to flush" to NCCL (src/transport/net.cc treats a NULL flush
+  // request as done), so a flush that is due is posted or fails, never NULL.
   ncclResult_t iflush(int n, void** data, const int* sizes, MrHandle* const* mh, Request** out);
 
  private:
   RecvCtrl* ctrl() const { return static_cast<RecvCtrl*>(ctrlMem_); }
   void describeCtrl(uint64_t* addr) const override;
   void onCompletion(const ibv_wc& wc) override;
+  void onRecv(const WrId& id, const ibv_wc& wc);
   ncclResult_t createExtra() override;
   ncclResult_t activateExtra() override;
+  ncclResult_t postSlots(int n, void** data, const size_t* sizes, const int* tags, MrHandle* const* mh, int slot);
 
   Request* slotOwner_[kFifoDepth] = {};
-  QueuePair flushQp_;
-  int flushCredits_ = 0;
 };
 
 // The Transport the handshake uses in production: builds SendComm/RecvComm objects.

@@ -55,7 +55,10 @@ class Handshaker {
   // nullptr while pending; the connection when done; an error (with a logged reason) when
   // the handshake failed or ran out of time.
   ncclResult_t pollConnect(Connector* connector, std::unique_ptr<PreparedConn>* conn);
-  void abandonConnect(std::shared_ptr<Connector> connector);
+  // NCCL will not poll this connect again (it reused the handle for another, or the plugin
+  // shuts down): its socket is closed and its comm, half-built or finished and never
+  // claimed, released. Any thread; runs inline when the reactor has stopped.
+  void discardConnect(std::shared_ptr<Connector> connector);
 
   // Closes a finished connection's control socket (any thread).
   void closeControl(const std::shared_ptr<ControlLink>& control);

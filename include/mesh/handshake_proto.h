@@ -11,8 +11,14 @@
 // Message = Header + body, all little-endian, fixed width:
 //   Header (24 bytes): magic u32 | version u16 | type u16 | length u32 (whole message,
 //                      header included) | reserved u32 (0) | token u64
-//   HELLO/ACCEPT body: nLinks u8 | qpsPerLink u8 | reserved u16 | then nLinks × LinkInfo
-//                      (32 bytes) | then nLinks*qpsPerLink × QpInfo (32 bytes), link-major
+//   HELLO/ACCEPT body: nLinks u8 | qpsPerLink u8 | trafficClass u8 | classes u8 | then
+//                      nLinks × LinkInfo (32 bytes) | then nLinks*qpsPerLink × QpInfo
+//                      (32 bytes), link-major
+//   classes: bit 7 set = trafficClass and the service level (bits 0..3) are the ones the
+//            connector chose for BOTH ends' QPs (as NCCL IB's connect metadata carries
+//            tc and sl to its accept side); bits 4..6 are reserved (0). Bit 7 clear (a peer
+//            that predates it, whose bytes 2..3 were reserved zeros): the receiver uses its
+//            own settings.
 //   LinkInfo: senderAddr u32 | receiverAddr u32 | senderNic u8 | receiverNic u8 |
 //             prefixLen u8 | reserved u8 | ctrlAddr u64 | ctrlRkey u32 | reserved u32 |
 //             reserved u32
@@ -68,6 +74,8 @@ struct HsMessage {
   int qpsPerLink = 0;
   std::vector<HsLink> links;   // HELLO/ACCEPT
   std::vector<HsQp> qps;       // HELLO/ACCEPT: links.size() * qpsPerLink, link-major
+  int trafficClass = -1;       // HELLO/ACCEPT: 0..255, both ends' QPs; -1 not carried
+  int serviceLevel = -1;       // 0..15 when trafficClass is carried
   std::string reason;          // REJECT
 };
 

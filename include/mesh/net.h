@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "err.h"
 #include "mesh/comm.h"
@@ -12,6 +15,46 @@
 namespace mesh {
 
 struct ListenComm;
+class Connector;
+class Plugin;
+
+// What the entry points keep between calls, owned by the Plugin (never by a static: a
+// static's destructor runs from __cxa_finalize after Plugin::shutdown() has closed the
+// devices and unloaded libibverbs):
+//  - every comm handed to NCCL with its kind, so a double close or a close through the
+//    wrong entry point is an error instead of a double free, and so comms NCCL never
+//    closed are released before the devices close;
+//  - every connect NCCL has started and not yet seen finish, keyed by the handle buffer
+//    NCCL passes on every retry (and the token in it, so a reused buffer with a new handle
+//    starts afresh); an abandoned connect (a job that timed out) stays here until shutdown.
+// Threads: NCCL's threads; consulted on create/close/connect only, never on the data path.
+class NetTables {
+ public:
+  enum class Kind { Send, Recv, Listen };
+
+  void remember(const void* comm, Kind kind);
+  ncclResult_t forget(const void* comm, Kind kind, const char* what);
+  struct PendingConnect {
+    uint64_t token = 0;
+    std::shared_ptr<Connector> connector;
+    int dev = 0;
+  };
+
+  std::shared_ptr<Connector> pendingConnect(const void* handle, uint64_t token);
+  // Returns the connect it replaces (NCCL reused the handle buffer for a new handle, so it
+  // abandoned that one), for the caller to discard; an empty one otherwise.
+  PendingConnect addPendingConnect(const void* handle, PendingConnect connect);
+  void endPendingConnect(const void* handle);
+  // Plugin::shutdown(), after the reactor stopped: ends the pending connects (socket
+  // closed, half-built comm released) and closes every comm NCCL left open. Returns how
+  // many of each it found.
+  void releaseAll(Plugin* plugin, size_t* connects, size_t* comms);
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<const void*, Kind> live_;
+  std::unordered_map<const void*, PendingConnect> pending_;
+};
 
 ncclResult_t netListen(int dev, void* handle, ListenComm** out);
 ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm** out);

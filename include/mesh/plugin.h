@@ -1,9 +1,18 @@
 // Plugin core: process-wide state behind the ABI layer — settings, the verbs library,
-// discovered ports, the NCCL device list, and the handshake reactor.
-// Lifecycle: init() once per process (idempotent); shutdown() from the library destructor
-// (or explicitly in tests) stops the reactor and closes devices, so nothing outlives a
-// dlclose(). NCCL's structs are not known here: the ABI layer translates.
+// discovered ports, the NCCL device list, the handshake reactor, and the tables of comms
+// and connects handed to NCCL. It is the one owner of every verbs object that is not a
+// comm's own (devices: context and PD; memory registrations), and of the comms NCCL left
+// open when it unloads the library.
+// Lifecycle: init() once per process (idempotent; NCCL >= 2.28 calls it per communicator);
+// shutdown() from the library destructor (dlclose, or exit), or explicitly in tests, tears
+// everything down in one order: reactor thread (joined), pending connects, comms NCCL never
+// closed, memory registrations, devices, libibverbs. Nothing outlives a dlclose(). In a
+// forked child (its pid is not the one that ran init) shutdown() touches nothing: the
+// verbs objects, their uverbs file and the reactor thread belong to the parent.
+// NCCL's structs are not known here: the ABI layer translates.
 #pragma once
+
+#include <sys/types.h>
 
 #include <memory>
 #include <mutex>
@@ -15,31 +24,13 @@
 #include "mesh/config.h"
 #include "mesh/handshake.h"
 #include "mesh/mr_cache.h"
+#include "mesh/net.h"
+#include "mesh/net_devices.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/reactor.h"
 #include "mesh/verbs_loader.h"
 
 namespace mesh {
-
-enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmabuf = 0x4 };
-
-// What NCCL sees as one network device: by default the whole node (all mesh ports, traffic
-// to each peer leaves on the port cabled to it); with NCCL_MESH_DEVICES=port, one port.
-struct NetDevice {
-  std::string name;
-  std::vector<int> ports;  // indexes into Discovery::ports
-  std::string pciPath;
-  uint64_t guid = 0;
-  int ptrSupport = kPtrHost;
-  int speedMbps = 0;
-  int port = 1;
-  float latencyUs = 0;
-  int maxComms = 65536;
-  int maxRecvs = 8;
-  bool regIsGlobal = true;
-};
-
-constexpr int kMaxRecvs = 8;
 
 class Plugin {
  public:
@@ -48,6 +39,9 @@ class Plugin {
   ncclResult_t init(ncclDebugLogger_t logger);
   void shutdown();
   bool initialized() const { return initialized_; }
+  // True in a child forked after init (set by a pthread_atfork handler: a load, no syscall,
+  // so the data path may check it). Every entry point refuses to run there.
+  static bool inForkedChild();
 
   int deviceCount() const { return static_cast<int>(netDevices_.size()); }
   ncclResult_t device(int dev, const NetDevice** out) const;
@@ -62,6 +56,7 @@ class Plugin {
   Transport* transport(int dev) { return transports_.at(static_cast<size_t>(dev)).get(); }
   Handshaker* handshaker() { return handshakers_.empty() ? nullptr : handshakers_[0].get(); }
   MrRegistry* registry() { return registry_.get(); }
+  NetTables& tables() { return tables_; }
 
  private:
   Plugin() = default;
@@ -69,6 +64,7 @@ class Plugin {
   void logSettings() const;
   void buildConnectionMachinery();
   void watchAsyncEvents();
+  void initFork();
   CommSettings commSettings() const;
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
@@ -81,6 +77,8 @@ class Plugin {
   std::unique_ptr<MrRegistry> registry_;
   std::vector<std::unique_ptr<RdmaTransport>> transports_;
   std::vector<std::unique_ptr<Handshaker>> handshakers_;
+  NetTables tables_;
+  pid_t initPid_ = 0;      // the process that ran init
 };
 
 }  // namespace mesh

@@ -54,8 +54,6 @@ class Reactor {
   // Calls fn once every `period` (first call one period from now) until fn returns false.
   void addTimer(Clock::duration period, std::function<bool(Clock::time_point)> fn);
 
-  uint64_t loopCount() const { return loops_.load(std::memory_order_relaxed); }
-
  private:
   void run();
   void drainTasks();
@@ -74,7 +72,6 @@ class Reactor {
   std::atomic<std::thread::id> threadId_{};
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> loops_{0};
 
   std::mutex tasksMutex_;          // guards tasks_ (written by any thread)
   std::vector<Task> tasks_;

@@ -36,7 +36,7 @@ class PreparedConn {
 
 // Per-connection options NCCL can pass at connect time (v10+: traffic class).
 struct ConnOptions {
-  int trafficClass = -1;  // -1: NCCL_MESH_IB_TC
+  int trafficClass = -1;  // the communicator's class; -1: unset (see resolveTrafficClass)
 };
 
 class Transport {

@@ -36,13 +36,13 @@ namespace mesh {
   X(destroyCq, "ibv_destroy_cq", "IBVERBS_1.1", true, int, (ibv_cq*))                           \
   X(createQp, "ibv_create_qp", "IBVERBS_1.1", true, ibv_qp*, (ibv_pd*, ibv_qp_init_attr*))      \
   X(modifyQp, "ibv_modify_qp", "IBVERBS_1.1", true, int, (ibv_qp*, ibv_qp_attr*, int))          \
-  X(queryQp, "ibv_query_qp", "IBVERBS_1.1", true, int,                                          \
-    (ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*))                                            \
   X(destroyQp, "ibv_destroy_qp", "IBVERBS_1.1", true, int, (ibv_qp*))                           \
   X(getAsyncEvent, "ibv_get_async_event", "IBVERBS_1.1", true, int, (ibv_context*, ibv_async_event*)) \
   X(ackAsyncEvent, "ibv_ack_async_event", "IBVERBS_1.1", true, void, (ibv_async_event*))        \
   X(eventTypeStr, "ibv_event_type_str", "IBVERBS_1.1", true, const char*, (ibv_event_type))     \
   X(wcStatusStr, "ibv_wc_status_str", "IBVERBS_1.1", true, const char*, (ibv_wc_status))        \
+  X(forkInit, "ibv_fork_init", "IBVERBS_1.1", false, int, ())                                   \
+  X(isForkInitialized, "ibv_is_fork_initialized", "IBVERBS_1.13", false, ibv_fork_status, ())  \
   X(regMrIova2, "ibv_reg_mr_iova2", "IBVERBS_1.8", false, ibv_mr*,                              \
     (ibv_pd*, void*, size_t, uint64_t, unsigned int))                                           \
   X(regDmabufMr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", false, ibv_mr*,                           \

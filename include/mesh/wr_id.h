@@ -1,14 +1,20 @@
 // wr_id encoding: completions are mapped back to requests by index + generation, never by
 // raw pointer, so a stale completion for a recycled request is recognized and dropped.
 //   bits  0..7   kind (WrKind)
-//   bits  8..15  QP index within the comm
+//   bits  8..15  QP index within the comm (data QPs), or device slot (flush QPs)
 //   bits 16..31  request index (recv, flush) or FIFO slot (send, ctrl)
 //   bits 32..47  request generation
+// The field widths are constants so that comm.h can bind its pool sizes, FIFO depth and
+// QP counts to them with static_assert.
 #pragma once
 
 #include <cstdint>
 
 namespace mesh {
+
+constexpr int kWrIdQpBits = 8;
+constexpr int kWrIdIndexBits = 16;
+constexpr int kWrIdGenBits = 16;
 
 enum class WrKind : uint8_t { SendBatch = 1, SendFinal = 2, Recv = 3, Ctrl = 4, Flush = 5 };
 
@@ -18,6 +24,9 @@ struct WrId {
   uint16_t index;
   uint16_t gen;
 };
+static_assert(sizeof(WrId::qp) * 8 == kWrIdQpBits, "wr_id qp field");
+static_assert(sizeof(WrId::index) * 8 == kWrIdIndexBits, "wr_id index field");
+static_assert(sizeof(WrId::gen) * 8 == kWrIdGenBits, "wr_id generation field");
 
 constexpr uint64_t encodeWrId(WrId w) {
   return uint64_t{static_cast<uint8_t>(w.kind)} | (uint64_t{w.qp} << 8) | (uint64_t{w.index} << 16) |

@@ -1,11 +1,13 @@
 // The ABI boundary shared by every ncclNet version the plugin exports (src/abi/net_v*.cpp).
 // Owns: the boundary rules — validate NCCL's pointers, call the core (mesh/net.h), catch
 // everything, map the outcome to ncclResult_t — and the entry points whose signature is the
-// same in v8 through v11. A version's adapter keeps only what differs: its init, its
-// properties struct, the integer width of its sizes, the options it passes to connect.
+// same in v8 through v12 (v11 and v12's context-taking ones: comm_context.h). A version's
+// adapter keeps only what differs: its init, its properties struct, the integer width of
+// its sizes, the options it passes to connect.
 // Nothing thrown or aborted may cross into NCCL's process.
 #pragma once
 
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -16,7 +18,7 @@
 #include "mesh/net.h"
 #include "mesh/plugin.h"
 #include "mesh/transport.h"
-#include "net_v11.h"  // and, through it, v10, v9 and v8
+#include "net_v12.h"  // and, through it, v11, v10, v9 and v8
 
 namespace mesh {
 namespace abi {
@@ -30,9 +32,22 @@ constexpr size_t kMaxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
 constexpr size_t kMaxCollBytes = NCCL_MAX_NET_SIZE_BYTES;
 static_assert(kMaxP2pBytes > 0 && kMaxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES, "NCCL's range");
 
+// A child forked after init shares the parent's RDMA objects and has no reactor thread:
+// every entry point refuses to run there (a load, no syscall: fine on the data path).
+inline ncclResult_t refuseInForkedChild(const char* what) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    MESH_WARN("%s called in a process forked after the plugin was initialized: its RDMA resources belong "
+              "to the parent process; initialize NCCL in the child after exec, or in the parent only",
+              what);
+  }
+  return ncclSystemError;
+}
+
 // Runs `fn` (returning ncclResult_t) with every exception turned into a logged result.
 template <typename Fn>
 ncclResult_t guarded(const char* what, Fn&& fn) {
+  if (Plugin::inForkedChild()) return refuseInForkedChild(what);
   try {
     return fn();
   } catch (const std::bad_alloc&) {
@@ -61,7 +76,7 @@ inline ncclResult_t requireInit(const char* what) {
   return ncclInvalidUsage;
 }
 
-// Connection options from a v10/v11 communicator config (NULL: defaults). The traffic class
+// Connection options from a v10+ communicator config (NULL: defaults). The traffic class
 // ends up in the GRH's 8-bit field, so anything but UNDEF or 0..255 is a configuration error.
 inline ncclResult_t connOptions(const ncclNetCommConfig_v10_t* config, const char* what,
                                 ConnOptions* out) {
@@ -97,25 +112,33 @@ void fillBaseProperties(const NetDevice& d, Props* props) {
   props->netDeviceVersion = 0;
 }
 
-inline void fillVersionProperties(int, ncclNetProperties_v8_t*) {}
+inline void fillVersionProperties(const NetDevice&, int, ncclNetProperties_v8_t*) {}
 
-inline void fillVersionProperties(int dev, ncclNetProperties_v9_t* props) {
+// v9 to v12: each device is its own (physical) device: node mode already spans every mesh
+// port, and the tables leave makeVDevice NULL, so NCCL never fuses devices.
+template <typename Props>
+void fillWideProperties(int dev, Props* props) {
   props->forceFlush = 0;  // the GPUDirect flush is requested per receive, as usual
-  // Each device is its own (physical) device: node mode already spans every mesh port, and
-  // the tables leave makeVDevice NULL, so NCCL never fuses devices.
   props->vProps.ndevs = 1;
   props->vProps.devs[0] = dev;
   props->maxP2pBytes = kMaxP2pBytes;
   props->maxCollBytes = kMaxCollBytes;
 }
 
-inline void fillVersionProperties(int dev, ncclNetProperties_v11_t* props) {
-  props->forceFlush = 0;
-  props->vProps.ndevs = 1;
-  props->vProps.devs[0] = dev;
-  props->maxP2pBytes = kMaxP2pBytes;
-  props->maxCollBytes = kMaxCollBytes;
+inline void fillVersionProperties(const NetDevice&, int dev, ncclNetProperties_v9_t* props) {
+  fillWideProperties(dev, props);
+}
+
+inline void fillVersionProperties(const NetDevice&, int dev, ncclNetProperties_v11_t* props) {
+  fillWideProperties(dev, props);
   props->maxMultiRequestSize = 1;  // no multi-requests
+}
+
+inline void fillVersionProperties(const NetDevice& d, int dev, ncclNetProperties_v12_t* props) {
+  fillWideProperties(dev, props);
+  props->maxMultiRequestSize = 1;
+  props->railId = static_cast<int16_t>(d.railId);  // see net_devices.h
+  props->planeId = static_cast<int16_t>(d.planeId);
 }
 
 template <typename Props>
@@ -127,7 +150,7 @@ ncclResult_t getProperties(int dev, Props* props) {
     MESH_CHECK(Plugin::instance().device(dev, &d));
     memset(props, 0, sizeof(*props));
     fillBaseProperties(*d, props);
-    fillVersionProperties(dev, props);
+    fillVersionProperties(*d, dev, props);
     return ncclSuccess;
   });
 }
@@ -160,7 +183,7 @@ inline ncclResult_t listen(int dev, void* handle, void** listenComm) {
   });
 }
 
-// The device handle has one layout in every version (NCCL typedefs v9..v11 to v8's).
+// The device handle has one layout in every version (NCCL typedefs v9..v12 to v8's).
 inline ncclResult_t connect(int dev, void* handle, const ConnOptions& opts, void** sendComm,
                             ncclNetDeviceHandle_v8_t** sendDevComm) {
   MESH_ABI_NOT_NULL(handle, "connect");
@@ -233,7 +256,7 @@ inline ncclResult_t checkRecvArgs(void* recvComm, int n, void** data, const void
                                   void** mhandles, void** request) {
   MESH_ABI_NOT_NULL(recvComm, "irecv");
   MESH_ABI_NOT_NULL(request, "irecv");
-  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || tags == nullptr || mhandles == nullptr) {
+  if (n < 1 || n > kGroupMax || data == nullptr || sizes == nullptr || tags == nullptr || mhandles == nullptr) {
     MESH_WARN("irecv: invalid arguments (n=%d, arrays must be non-NULL)", n);
     return ncclInvalidArgument;
   }
@@ -262,7 +285,7 @@ inline ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int
 inline ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   MESH_ABI_NOT_NULL(recvComm, "iflush");
   MESH_ABI_NOT_NULL(request, "iflush");
-  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || mhandles == nullptr) {
+  if (n < 1 || n > kGroupMax || data == nullptr || sizes == nullptr || mhandles == nullptr) {
     MESH_WARN("iflush: invalid arguments (n=%d)", n);
     return ncclInvalidArgument;
   }
@@ -275,7 +298,7 @@ inline ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void*
   });
 }
 
-// test() reports int sizes in every version, v11 included. NCCL passes one int for a send
+// test() reports int sizes in every version, v12 included. NCCL passes one int for a send
 // and n for a grouped receive: write exactly the request's count. A size above INT_MAX
 // (possible from v9 on) is reported as INT_MAX: NCCL only sums these for its profiler and
 // traces, and a wrapped negative count would be worse.
@@ -283,7 +306,7 @@ inline ncclResult_t test(void* request, int* done, int* sizes) {
   MESH_ABI_NOT_NULL(request, "test");
   MESH_ABI_NOT_NULL(done, "test");
   return guarded("test", [&] {
-    size_t wide[kMaxRecvs] = {};
+    size_t wide[kGroupMax] = {};
     int n = 0;
     ncclResult_t r = netTest(static_cast<Request*>(request), done, wide, &n);
     if (r == ncclSuccess && *done && sizes != nullptr) {

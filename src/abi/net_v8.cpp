@@ -28,7 +28,7 @@ ncclResult_t v8Isend(void* sendComm, void* data, int size, int tag, void* mhandl
 ncclResult_t v8Irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
                      void** request) {
   MESH_CHECK(abi::checkRecvArgs(recvComm, n, data, sizes, tags, mhandles, request));
-  size_t wide[kMaxRecvs];
+  size_t wide[kGroupMax];
   for (int i = 0; i < n; ++i) {
     if (sizes[i] < 0) {
       MESH_WARN("irecv: negative size %d", sizes[i]);

@@ -1,6 +1,6 @@
 #!/bin/sh
-# abi_exports: the plugin's whole dynamic interface is the four tables NCCL looks up
-# (ncclNetPlugin_v8, _v9, _v10, _v11), and
+# abi_exports: the plugin's whole dynamic interface is the five tables NCCL looks up
+# (ncclNetPlugin_v8, _v9, _v10, _v11, _v12), and
 # it has no link-time dependency on rdma-core (libibverbs is dlopen'ed at init).
 #
 #   check_exports.sh LIBRARY [NM] [READELF]
@@ -9,8 +9,8 @@
 set -u
 
 # Sorted as `sort` prints them.
-expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v8 ncclNetPlugin_v9"
-expected_count=4
+expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9"
+expected_count=5
 lib=${1:-}
 nm=${2:-nm}
 readelf=${3:-readelf}

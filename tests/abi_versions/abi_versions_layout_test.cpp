@@ -1,13 +1,13 @@
-// abi_versions_layout: the v9, v10 and v11 structs NCCL reads, compiled from nccl/ alone.
-// The headers pin the same offsets with static_assert; this test repeats every one where
-// ctest reports it. Offsets are NCCL's (src/include/plugin/net/net_v9.h, net_v10.h,
-// net_v11.h) on LP64.
+// abi_versions_layout: the v9, v10, v11 and v12 structs NCCL reads, compiled from nccl/
+// alone. The headers pin the same offsets with static_assert; this test repeats every one
+// where ctest reports it. Offsets are NCCL's (src/include/plugin/net/net_v9.h, net_v10.h,
+// net_v11.h, and v2.30.7's net_v12.h, measured by compiling NCCL's own header) on LP64.
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <type_traits>
 
-#include "net_v11.h"  // v10, v9 and v8 through it
+#include "net_v12.h"  // v11, v10, v9 and v8 through it
 
 namespace {
 
@@ -59,6 +59,62 @@ TEST(AbiVersionsLayout, PropertiesV11) {
   EXPECT_EQ(sizeof(ncclNetProperties_v11_t), 112u);
   expectWideProperties<ncclNetProperties_v11_t>();
   EXPECT_EQ(offsetof(ncclNetProperties_v11_t, maxMultiRequestSize), 104u);
+}
+
+// v12 (NCCL 2.30): vProps holds 8 devices, so everything after it moves by 16 bytes, and
+// railId/planeId (int16_t) close the struct.
+TEST(AbiVersionsLayout, PropertiesV12) {
+  using P = ncclNetProperties_v12_t;
+  EXPECT_EQ(sizeof(ncclNetVDeviceProps_v12_t), 36u);
+  EXPECT_EQ(sizeof(ncclNetVDeviceProps_v12_t::devs) / sizeof(int), 8u);
+  EXPECT_EQ(offsetof(P, name), 0u);
+  EXPECT_EQ(offsetof(P, pciPath), 8u);
+  EXPECT_EQ(offsetof(P, guid), 16u);
+  EXPECT_EQ(offsetof(P, ptrSupport), 24u);
+  EXPECT_EQ(offsetof(P, regIsGlobal), 28u);
+  EXPECT_EQ(offsetof(P, forceFlush), 32u);
+  EXPECT_EQ(offsetof(P, speed), 36u);
+  EXPECT_EQ(offsetof(P, port), 40u);
+  EXPECT_EQ(offsetof(P, latency), 44u);
+  EXPECT_EQ(offsetof(P, maxComms), 48u);
+  EXPECT_EQ(offsetof(P, maxRecvs), 52u);
+  EXPECT_EQ(offsetof(P, netDeviceType), 56u);
+  EXPECT_EQ(offsetof(P, netDeviceVersion), 60u);
+  EXPECT_EQ(offsetof(P, vProps), 64u);
+  EXPECT_EQ(offsetof(P, vProps) + offsetof(ncclNetVDeviceProps_v12_t, devs), 68u);
+  EXPECT_EQ(offsetof(P, maxP2pBytes), 104u);
+  EXPECT_EQ(offsetof(P, maxCollBytes), 112u);
+  EXPECT_EQ(offsetof(P, maxMultiRequestSize), 120u);
+  EXPECT_EQ(offsetof(P, railId), 124u);
+  EXPECT_EQ(offsetof(P, planeId), 126u);
+  EXPECT_EQ(sizeof(P::railId), 2u);
+  EXPECT_EQ(sizeof(P::planeId), 2u);
+  EXPECT_EQ(sizeof(P), 128u);
+}
+
+// v12: v11's 21 entry points, same order, same signatures but for the v12 structs.
+TEST(AbiVersionsLayout, FunctionTableV12) {
+  EXPECT_EQ(sizeof(ncclNet_v12_t), 22 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, init), offsetof(ncclNet_v11_t, init));
+  EXPECT_EQ(offsetof(ncclNet_v12_t, getProperties), 3 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, listen), 4 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, connect), 5 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, isend), 10 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, irecv), 11 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, test), 13 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, irecvConsumed), 18 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, makeVDevice), 19 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, finalize), 20 * kPtr);
+  EXPECT_EQ(offsetof(ncclNet_v12_t, setNetAttr), 21 * kPtr);
+  using V12Props = ncclResult_t (*)(int, ncclNetProperties_v12_t*);
+  using V12VDev = ncclResult_t (*)(int*, ncclNetVDeviceProps_v12_t*);
+  static_assert(std::is_same<decltype(ncclNet_v12_t::getProperties), V12Props>::value, "v12 getProperties");
+  static_assert(std::is_same<decltype(ncclNet_v12_t::makeVDevice), V12VDev>::value, "v12 makeVDevice");
+  static_assert(std::is_same<decltype(ncclNet_v12_t::init), decltype(ncclNet_v11_t::init)>::value, "v12 init");
+  static_assert(std::is_same<decltype(ncclNet_v12_t::isend), decltype(ncclNet_v11_t::isend)>::value, "v12 isend");
+  static_assert(std::is_same<decltype(ncclNet_v12_t::test), decltype(ncclNet_v11_t::test)>::value, "v12 test");
+  EXPECT_EQ(sizeof(ncclNetCommConfig_v12_t), 4u);
+  EXPECT_EQ(sizeof(ncclNetAttr_v12_t), 44u);
 }
 
 TEST(AbiVersionsLayout, DeviceHandlesAreV8s) {
@@ -161,6 +217,8 @@ TEST(AbiVersionsLayout, Constants) {
   EXPECT_EQ(NCCL_NET_V8_MAX_SIZE, 1ULL << 30);
   EXPECT_EQ(NCCL_NET_TRAFFIC_CLASS_UNDEF, -1);
   EXPECT_EQ(NCCL_NET_ATTR_UNDEF, -1);
+  EXPECT_EQ(NCCL_NET_MAX_DEVS_PER_NIC_V12, 8);
+  EXPECT_EQ(NCCL_NET_ID_UNDEF, -1);
 }
 
 }  // namespace

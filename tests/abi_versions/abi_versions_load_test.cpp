@@ -1,5 +1,5 @@
 // abi_versions_load: the built plugin loaded as NCCL loads it, driven through EACH of its
-// four tables (ncclNetPlugin_v8, _v9, _v10, _v11). The library is found by name through
+// five tables (ncclNetPlugin_v8, _v9, _v10, _v11, _v12). The library is found by name through
 // LD_LIBRARY_PATH (ctest sets it), opened RTLD_NOW | RTLD_LOCAL, and reached only through
 // dlsym: this executable links -ldl and gtest, never the plugin's code.
 //
@@ -10,6 +10,9 @@
 // skip there (the lab runs them).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
@@ -157,6 +160,7 @@ TEST_P(EachVersion, NameIsMeshAndTheEntryPointsAreSet) {
     case 9: count = sizeof(ncclNet_v9_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v9_t, makeVDevice); break;
     case 10: count = sizeof(ncclNet_v10_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v10_t, makeVDevice); break;
     case 11: count = sizeof(ncclNet_v11_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v11_t, makeVDevice); break;
+    case 12: count = sizeof(ncclNet_v12_t) / sizeof(void*); makeVDevice = offsetof(ncclNet_v12_t, makeVDevice); break;
   }
   for (size_t i = 1; i < count; ++i) {
     if (makeVDevice != 0 && i == makeVDevice / sizeof(void*)) {
@@ -296,12 +300,17 @@ TEST_P(EachVersion, PropertiesAreInNcclsRange) {
       EXPECT_EQ(p.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
     }
     EXPECT_EQ(p.maxMultiRequestSize, 1);
+    // v12 (net_devices.h): the whole mesh is rail 0, plane 0; older versions cannot say,
+    // and NCCL's shims report NCCL_NET_ID_UNDEF for them.
+    EXPECT_EQ(p.railId, GetParam() >= 12 ? 0 : NCCL_NET_ID_UNDEF);
+    EXPECT_EQ(p.planeId, GetParam() >= 12 ? 0 : NCCL_NET_ID_UNDEF);
   }
   EXPECT_EQ(net_.finalize(), ncclSuccess);
 }
 
-// The reactor thread runs after init and never outlives the library (NCCL may dlclose it
-// after the last communicator). v11: two communicators, both finalized.
+// The reactor thread runs after init when there are devices (none without: no handshake to
+// serve) and never outlives the library (NCCL may dlclose it after the last communicator).
+// v11: two communicators, both finalized.
 TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
   ASSERT_EQ(abitest::waitForPluginThreads(0), 0) << "a plugin thread from an earlier test still runs";
   for (int round = 1; round <= 2; ++round) {
@@ -313,12 +322,54 @@ TEST_P(EachVersion, NoThreadOutlivesTheLibrary) {
     ASSERT_EQ(second.init(captureLog, NCCL_NET_TRAFFIC_CLASS_UNDEF, 0x2222), ncclSuccess) << allWarnings();
     int ndev = -1;
     ASSERT_EQ(second.devices(&ndev), ncclSuccess);
-    EXPECT_EQ(abitest::pluginThreadCount(), 1) << "two contexts should share one handshake reactor thread";
+    EXPECT_EQ(abitest::pluginThreadCount(), ndev > 0 ? 1 : 0)
+        << ndev << " device(s): two contexts should share one reactor thread, and there is none without devices";
     EXPECT_EQ(first.finalize(), ncclSuccess);
     EXPECT_EQ(second.finalize(), ncclSuccess);
     ASSERT_TRUE(closeLibrary()) << "dlclose did not unload " << kPluginName;
     EXPECT_EQ(abitest::waitForPluginThreads(0), 0) << "the reactor thread outlived dlclose";
   }
+}
+
+// Waits (bounded) for `pid`; false when it had to be killed.
+bool reapWithin(pid_t pid, double seconds, int* status) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, status, WNOHANG) == pid) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return false;
+}
+
+// PyTorch's DataLoader workers and inference servers fork while NCCL runs. The child's
+// RDMA resources are the parent's (one uverbs file, shared), and it has no reactor thread:
+// it must refuse every call, and its exit() (which runs the library destructor) must
+// neither join a thread that is not there nor tear anything down. The parent's plugin
+// keeps working. In the lab the same test runs with devices and a live reactor thread.
+TEST_P(EachVersion, AForkedChildExitsWithoutTouchingTheParentsPlugin) {
+  int ndev = initAndCount();
+  int threads = abitest::pluginThreadCount();
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0) << strerror(errno);
+  if (pid == 0) {
+    int n = -1;
+    int code = net_.devices(&n) == ncclSystemError ? 0 : 3;
+    exit(code);  // not _exit: the library destructor runs, as in a real child
+  }
+  int status = 0;
+  ASSERT_TRUE(reapWithin(pid, 20, &status)) << "the forked child hung in exit() (joining the parent's reactor "
+                                               "thread, or tearing down the parent's RDMA objects?)";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "devices() in the forked child was not refused with ncclSystemError";
+  int again = -1;
+  EXPECT_EQ(net_.devices(&again), ncclSuccess) << allWarnings();
+  EXPECT_EQ(again, ndev);
+  EXPECT_EQ(abitest::pluginThreadCount(), threads);
+  EXPECT_EQ(net_.finalize(), ncclSuccess);
 }
 
 // net_api.h passes size_t sizes through from v9 on; for v8 it refuses a size int cannot
@@ -342,7 +393,8 @@ TEST(NetApi, ParsesVersionNames) {
   EXPECT_EQ(netapi::parseVersion("v9"), 9);
   EXPECT_EQ(netapi::parseVersion("10"), 10);
   EXPECT_EQ(netapi::parseVersion("V11"), 11);
-  EXPECT_EQ(netapi::parseVersion("v12"), 0);
+  EXPECT_EQ(netapi::parseVersion("v12"), 12);
+  EXPECT_EQ(netapi::parseVersion("v13"), 0);
   EXPECT_EQ(netapi::parseVersion("v7"), 0);
   EXPECT_EQ(netapi::parseVersion(""), 0);
   EXPECT_EQ(netapi::parseVersion("v"), 0);
@@ -352,8 +404,8 @@ TEST_F(AbiVersions, NetApiRefusesUnknownVersions) {
   ASSERT_NO_FATAL_FAILURE(openLibrary());
   netapi::NetApi net;
   std::string why;
-  EXPECT_FALSE(net.bind(lib_, 12, &why));
-  EXPECT_NE(why.find("unknown ncclNet version 12"), std::string::npos) << why;
+  EXPECT_FALSE(net.bind(lib_, 13, &why));
+  EXPECT_NE(why.find("unknown ncclNet version 13"), std::string::npos) << why;
   int ndev = 0;
   EXPECT_EQ(net.devices(&ndev), ncclInvalidUsage) << "an unbound NetApi calls nothing";
 }
@@ -402,127 +454,155 @@ TEST_F(AbiVersions, V10ConnectChecksTheTrafficClass) {
   EXPECT_EQ(v10->connect(0, nullptr, nullptr, &comm, nullptr), ncclInvalidArgument);
 }
 
-// --- v11 -------------------------------------------------------------------------------------
+// --- v11 and v12: per-communicator contexts ------------------------------------------------
 
-class V11 : public AbiVersions {
+template <typename Table>
+struct ContextTableSymbol;
+template <>
+struct ContextTableSymbol<ncclNet_v11_t> {
+  static constexpr const char* kName = "ncclNetPlugin_v11";
+};
+template <>
+struct ContextTableSymbol<ncclNet_v12_t> {
+  static constexpr const char* kName = "ncclNetPlugin_v12";
+};
+
+// The raw v11 and v12 tables (the same 21 entry points and context rules).
+template <typename Table>
+class ContextTables : public AbiVersions {
  protected:
   void SetUp() override {
     AbiVersions::SetUp();
-    net_ = table<ncclNet_v11_t>("ncclNetPlugin_v11");
-    ASSERT_NE(net_, nullptr) << "no ncclNetPlugin_v11";
+    net_ = this->template table<Table>(ContextTableSymbol<Table>::kName);
+    ASSERT_NE(net_, nullptr) << "no " << ContextTableSymbol<Table>::kName;
   }
   void* initContext(uint64_t commId, ncclNetCommConfig_v11_t* config) {
     void* ctx = nullptr;
-    EXPECT_EQ(net_->init(&ctx, commId, config, captureLog, nullptr), ncclSuccess) << allWarnings();
+    EXPECT_EQ(this->net_->init(&ctx, commId, config, captureLog, nullptr), ncclSuccess) << allWarnings();
     EXPECT_NE(ctx, nullptr);
     return ctx;
   }
-  const ncclNet_v11_t* net_ = nullptr;
+  const Table* net_ = nullptr;
 };
+
+struct ContextTableNames {
+  template <typename T>
+  static std::string GetName(int) {
+    return ContextTableSymbol<T>::kName + 14;  // "v11" / "v12"
+  }
+};
+using ContextTableTypes = ::testing::Types<ncclNet_v11_t, ncclNet_v12_t>;
+TYPED_TEST_SUITE(ContextTables, ContextTableTypes, ContextTableNames);
 
 // One context per communicator; the plugin underneath is initialized once and survives the
 // last finalize (only the library destructor tears it down).
-TEST_F(V11, TwoCommunicatorsInitAndFinalize) {
+TYPED_TEST(ContextTables, TwoCommunicatorsInitAndFinalize) {
   ncclNetCommConfig_v11_t config = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  void* a = initContext(0xaaaa, &config);
-  void* b = initContext(0xbbbb, nullptr);  // no config: defaults
+  void* a = this->initContext(0xaaaa, &config);
+  void* b = this->initContext(0xbbbb, nullptr);  // no config: defaults
   EXPECT_NE(a, b);
   int ndev = -1;
-  EXPECT_EQ(net_->devices(&ndev), ncclSuccess);
-  EXPECT_EQ(net_->finalize(a), ncclSuccess);
-  EXPECT_EQ(net_->devices(&ndev), ncclSuccess) << "finalizing one communicator must not stop the plugin";
-  EXPECT_EQ(net_->finalize(b), ncclSuccess);
+  EXPECT_EQ(this->net_->devices(&ndev), ncclSuccess);
+  EXPECT_EQ(this->net_->finalize(a), ncclSuccess);
+  EXPECT_EQ(this->net_->devices(&ndev), ncclSuccess) << "finalizing one communicator must not stop the plugin";
+  EXPECT_EQ(this->net_->finalize(b), ncclSuccess);
   int again = -1;
-  EXPECT_EQ(net_->devices(&again), ncclSuccess) << "the last finalize must not tear the plugin down";
+  EXPECT_EQ(this->net_->devices(&again), ncclSuccess) << "the last finalize must not tear the plugin down";
   EXPECT_EQ(again, ndev);
-  void* c = initContext(0xcccc, &config);
-  EXPECT_EQ(net_->finalize(c), ncclSuccess);
+  void* c = this->initContext(0xcccc, &config);
+  EXPECT_EQ(this->net_->finalize(c), ncclSuccess);
 }
 
-TEST_F(V11, NullOrStaleContextIsAnErrorNotACrash) {
-  void* ctx = initContext(0x1, nullptr);
+TYPED_TEST(ContextTables, NullOrStaleContextIsAnErrorNotACrash) {
+  void* ctx = this->initContext(0x1, nullptr);
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* comm = reinterpret_cast<void*>(0x1);
-  EXPECT_EQ(net_->listen(nullptr, 0, handle, &comm), ncclInvalidArgument);
-  EXPECT_EQ(net_->connect(nullptr, 0, handle, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->listen(nullptr, 0, handle, &comm), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->connect(nullptr, 0, handle, &comm, nullptr), ncclInvalidArgument);
   EXPECT_TRUE(warned({"ctx is NULL"})) << allWarnings();
   int foreign = 0;  // never returned by init: looked up, not dereferenced
-  EXPECT_EQ(net_->listen(&foreign, 0, handle, &comm), ncclInvalidArgument);
-  EXPECT_EQ(net_->connect(&foreign, 0, handle, &comm, nullptr), ncclInvalidArgument);
-  EXPECT_EQ(net_->finalize(&foreign), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->listen(&foreign, 0, handle, &comm), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->connect(&foreign, 0, handle, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->finalize(&foreign), ncclInvalidArgument);
   EXPECT_TRUE(warned({"not a live context"})) << allWarnings();
-  EXPECT_EQ(net_->finalize(nullptr), ncclInvalidArgument);
-  EXPECT_EQ(net_->init(nullptr, 0x2, nullptr, captureLog, nullptr), ncclInvalidArgument);
+  // NCCL never passes NULL (2.28.9/2.30.7 src/plugin/net.cc finalize only a context its init
+  // returned), and NCCL IB's finalize accepts it (2.28.9 net_ib.cc ncclIbFinalize: free(ctx)):
+  // success, and no WARN in NCCL's log.
+  clearLog();
+  EXPECT_EQ(this->net_->finalize(nullptr), ncclSuccess);
+  EXPECT_FALSE(warned({"finalize"})) << allWarnings();
+  EXPECT_EQ(this->net_->init(nullptr, 0x2, nullptr, captureLog, nullptr), ncclInvalidArgument);
 
-  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
-  EXPECT_EQ(net_->finalize(ctx), ncclInvalidArgument) << "double finalize";
-  EXPECT_EQ(net_->listen(ctx, 0, handle, &comm), ncclInvalidArgument) << "listen after finalize";
-  EXPECT_EQ(net_->connect(ctx, 0, handle, &comm, nullptr), ncclInvalidArgument) << "connect after finalize";
+  EXPECT_EQ(this->net_->finalize(ctx), ncclSuccess);
+  EXPECT_EQ(this->net_->finalize(ctx), ncclInvalidArgument) << "double finalize";
+  EXPECT_EQ(this->net_->listen(ctx, 0, handle, &comm), ncclInvalidArgument) << "listen after finalize";
+  EXPECT_EQ(this->net_->connect(ctx, 0, handle, &comm, nullptr), ncclInvalidArgument) << "connect after finalize";
 }
 
 // A live context gets as far as the missing device; its NULL pointers are still caught.
-TEST_F(V11, ListenAndConnectWithALiveContext) {
-  void* ctx = initContext(0x1, nullptr);
+TYPED_TEST(ContextTables, ListenAndConnectWithALiveContext) {
+  void* ctx = this->initContext(0x1, nullptr);
   int ndev = -1;
-  ASSERT_EQ(net_->devices(&ndev), ncclSuccess);
+  ASSERT_EQ(this->net_->devices(&ndev), ncclSuccess);
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* comm = nullptr;
-  EXPECT_EQ(net_->listen(ctx, 0, nullptr, &comm), ncclInvalidArgument);
-  EXPECT_EQ(net_->connect(ctx, 0, nullptr, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->listen(ctx, 0, nullptr, &comm), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->connect(ctx, 0, nullptr, &comm, nullptr), ncclInvalidArgument);
   if (ndev == 0) {
-    EXPECT_NE(net_->listen(ctx, 0, handle, &comm), ncclSuccess);
+    EXPECT_NE(this->net_->listen(ctx, 0, handle, &comm), ncclSuccess);
     EXPECT_EQ(comm, nullptr);
   }
-  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
+  EXPECT_EQ(this->net_->finalize(ctx), ncclSuccess);
 }
 
-TEST_F(V11, TrafficClassIsCheckedAtInit) {
+TYPED_TEST(ContextTables, TrafficClassIsCheckedAtInit) {
   ncclNetCommConfig_v11_t config = {300};
   void* ctx = reinterpret_cast<void*>(0x1);
-  EXPECT_EQ(net_->init(&ctx, 0x1, &config, captureLog, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(this->net_->init(&ctx, 0x1, &config, captureLog, nullptr), ncclInvalidUsage);
   EXPECT_EQ(ctx, nullptr) << "a failed init must not hand out a context";
   EXPECT_TRUE(warned({"traffic class 300", "0..255"})) << allWarnings();
   for (int tc : {0, 106, 255, NCCL_NET_TRAFFIC_CLASS_UNDEF}) {
     config.trafficClass = tc;
-    void* ok = initContext(0x2, &config);
-    EXPECT_EQ(net_->finalize(ok), ncclSuccess) << "traffic class " << tc;
+    void* ok = this->initContext(0x2, &config);
+    EXPECT_EQ(this->net_->finalize(ok), ncclSuccess) << "traffic class " << tc;
   }
 }
 
-TEST_F(V11, SetNetAttrIsAccepted) {
-  void* ctx = initContext(0x1, nullptr);
+TYPED_TEST(ContextTables, SetNetAttrIsAccepted) {
+  void* ctx = this->initContext(0x1, nullptr);
   ncclNetAttr_v11_t attr;
   attr.sendCommAttr = {4, NCCL_NET_ATTR_UNDEF, 2, NCCL_NET_ATTR_UNDEF};
   attr.recvCommAttr = {4, NCCL_NET_ATTR_UNDEF, 2, NCCL_NET_ATTR_UNDEF};
   attr.op = 1u << 4;
   attr.algo = static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF);
   attr.proto = static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF);
-  EXPECT_EQ(net_->setNetAttr(ctx, &attr), ncclSuccess);
-  EXPECT_EQ(net_->setNetAttr(ctx, nullptr), ncclInvalidArgument);
-  EXPECT_EQ(net_->setNetAttr(nullptr, &attr), ncclInvalidArgument);
-  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
-  EXPECT_EQ(net_->setNetAttr(ctx, &attr), ncclInvalidArgument) << "after finalize";
+  EXPECT_EQ(this->net_->setNetAttr(ctx, &attr), ncclSuccess);
+  EXPECT_EQ(this->net_->setNetAttr(ctx, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->setNetAttr(nullptr, &attr), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->finalize(ctx), ncclSuccess);
+  EXPECT_EQ(this->net_->setNetAttr(ctx, &attr), ncclInvalidArgument) << "after finalize";
 }
 
 // Communicators NCCL never finalized (an aborted job) are freed by the library's unload;
 // the fixture checks the unload itself, sanitizer builds check the memory.
-TEST_F(V11, ContextsLeftOpenAreReleasedAtUnload) {
-  initContext(0x1, nullptr);
-  initContext(0x2, nullptr);
+TYPED_TEST(ContextTables, ContextsLeftOpenAreReleasedAtUnload) {
+  this->initContext(0x1, nullptr);
+  this->initContext(0x2, nullptr);
 }
 
 // --- the set of symbols, as NCCL's loader sees it ----------------------------------------------
 
-// NCCL 2.28+ takes the first of v11, v10, v9, v8 it finds; 2.30 tries v12 first. Exactly the
-// four net tables are there, and no collective-network table (the plugin has none).
-TEST_F(AbiVersions, ExportsV8ToV11AndNothingElseNcclLooksFor) {
+// NCCL 2.30 takes the first of v12, v11, ... it finds; 2.28 the first of v11, v10, v9, v8.
+// Exactly the five net tables are there, and no collective-network table (the plugin has
+// none).
+TEST_F(AbiVersions, ExportsV8ToV12AndNothingElseNcclLooksFor) {
   ASSERT_NO_FATAL_FAILURE(openLibrary());
   for (int v : netapi::kVersions) {
     EXPECT_NE(dlsym(lib_, netapi::symbolFor(v)), nullptr) << netapi::symbolFor(v);
   }
-  for (const char* absent : {"ncclNetPlugin_v12", "ncclNetPlugin_v7", "ncclNetPlugin_v6", "ncclNetPlugin_v5",
-                             "ncclCollNetPlugin_v11", "ncclCollNetPlugin_v10", "ncclCollNetPlugin_v9",
-                             "ncclCollNetPlugin_v8"}) {
+  for (const char* absent : {"ncclNetPlugin_v13", "ncclNetPlugin_v7", "ncclNetPlugin_v6", "ncclNetPlugin_v5",
+                             "ncclCollNetPlugin_v12", "ncclCollNetPlugin_v11", "ncclCollNetPlugin_v10",
+                             "ncclCollNetPlugin_v9", "ncclCollNetPlugin_v8"}) {
     EXPECT_EQ(dlsym(lib_, absent), nullptr) << absent << " should not be exported";
   }
 }

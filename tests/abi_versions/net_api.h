@@ -1,21 +1,21 @@
-// One C++ interface over the plugin's four ncclNet tables (v8, v9, v10, v11), for test
-// drivers that exercise every ABI the same way (e.g. `mesh_e2e --api v8|v9|v10|v11`).
-// Header-only and standalone: it needs only nccl/ (net_v11.h pulls in v10, v9, v8) and
-// <dlfcn.h>; it never links the plugin's code.
+// One C++ interface over the plugin's five ncclNet tables (v8, v9, v10, v11, v12), for test
+// drivers that exercise every ABI the same way (e.g. `mesh_e2e --api v8|...|v12`).
+// Header-only and standalone: it needs only nccl/ (net_v12.h pulls in v11, v10, v9, v8)
+// and <dlfcn.h>; it never links the plugin's code.
 //
 // Conventions, the same for every version:
 //  - sizes are size_t; a version with int sizes gets them narrowed here, and a size its
 //    integers cannot hold is refused (ncclInvalidArgument) without calling the plugin, so
 //    any limit below that (v8's 1 GiB) is the plugin's own;
-//  - init(...) is per NetApi object: v11 creates a context for it (one "communicator"),
+//  - init(...) is per NetApi object: v11/v12 create a context for it (one "communicator"),
 //    finalize() ends that context; for v8..v10 init is per process and finalize() does
 //    nothing (NCCL's own shims behave the same);
 //  - the traffic class given to init reaches the plugin as NCCL passes it: v10 with every
-//    connect, v11 in init's config; v8 and v9 have no way to pass it;
+//    connect, v11/v12 in init's config; v8 and v9 have no way to pass it;
 //  - test() widens the plugin's int sizes; a slot it did not write (or wrote negative)
 //    reads kUnwrittenSize, so callers can check it wrote exactly one size per buffer;
-//  - getProperties() returns the v11 view; for older versions the fields they lack are
-//    filled the way NCCL's compatibility shims fill them.
+//  - getProperties() returns the v12 view; for older versions the fields they lack are
+//    filled the way NCCL's compatibility shims fill them (railId/planeId NCCL_NET_ID_UNDEF).
 //
 // Usage:
 //   void* lib = dlopen("libnccl-net-mesh.so", RTLD_NOW | RTLD_LOCAL);
@@ -33,18 +33,18 @@
 #include <cstring>
 #include <string>
 
-#include "net_v11.h"
+#include "net_v12.h"
 
 namespace netapi {
 
-constexpr int kVersions[] = {8, 9, 10, 11};
+constexpr int kVersions[] = {8, 9, 10, 11, 12};
 constexpr int kMaxTestSizes = 8;  // the plugin's maxRecvs
 constexpr size_t kUnwrittenSize = SIZE_MAX;
 // What NCCL's v8 shim reports for fields v8 lacks (MAX_NET_SIZE, MAX_COLLNET_SIZE).
 constexpr size_t kV8MaxP2pBytes = size_t{1} << 30;
 constexpr size_t kV8MaxCollBytes = size_t{512} << 20;
 
-// "v8" / "8" -> 8, ...; 0 when not one of the four.
+// "v8" / "8" -> 8, ...; 0 when not one of kVersions.
 inline int parseVersion(const std::string& text) {
   std::string digits = (!text.empty() && (text[0] == 'v' || text[0] == 'V')) ? text.substr(1) : text;
   for (int v : kVersions) {
@@ -59,6 +59,7 @@ inline const char* symbolFor(int version) {
     case 9: return "ncclNetPlugin_v9";
     case 10: return "ncclNetPlugin_v10";
     case 11: return "ncclNetPlugin_v11";
+    case 12: return "ncclNetPlugin_v12";
     default: return nullptr;
   }
 }
@@ -80,10 +81,12 @@ struct Properties {
   int netDeviceType = 0;
   int netDeviceVersion = 0;
   int vDevCount = 0;
-  int vDevs[NCCL_NET_MAX_DEVS_PER_NIC] = {};
+  int vDevs[NCCL_NET_MAX_DEVS_PER_NIC_V12] = {};
   size_t maxP2pBytes = 0;
   size_t maxCollBytes = 0;
   int maxMultiRequestSize = 0;
+  int railId = NCCL_NET_ID_UNDEF;
+  int planeId = NCCL_NET_ID_UNDEF;
 };
 
 class NetApi {
@@ -97,7 +100,7 @@ class NetApi {
   bool bind(void* lib, int version, std::string* why) {
     const char* sym = symbolFor(version);
     if (sym == nullptr) {
-      *why = "unknown ncclNet version " + std::to_string(version) + " (have 8, 9, 10, 11)";
+      *why = "unknown ncclNet version " + std::to_string(version) + " (have 8, 9, 10, 11, 12)";
       return false;
     }
     dlerror();
@@ -123,10 +126,10 @@ class NetApi {
   const char* symbol() const { return symbolFor(version_); }
   const char* name() const { return static_cast<const ncclNet_v8_t*>(table_)->name; }
   const void* table() const { return table_; }
-  void* context() const { return ctx_; }  // v11 only; NULL otherwise or before init
+  void* context() const { return ctx_; }  // v11/v12 only; NULL otherwise or before init
   int trafficClass() const { return config_.trafficClass; }
 
-  // v11: one context per NetApi; init again only after finalize() (ncclInvalidUsage
+  // v11/v12: one context per NetApi; init again only after finalize() (ncclInvalidUsage
   // otherwise, without calling the plugin).
   ncclResult_t init(ncclDebugLogger_t logger, int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF,
                     uint64_t commId = 0, ncclProfilerCallback_t profiler = nullptr) {
@@ -137,12 +140,13 @@ class NetApi {
       case 9: return v9()->init(logger);
       case 10: return v10()->init(logger, profiler);
       case 11: return v11()->init(&ctx_, commId, &config_, logger, profiler);
+      case 12: return v12()->init(&ctx_, commId, &config_, logger, profiler);
       default: return unbound();
     }
   }
   ncclResult_t finalize() {
-    if (version_ != 11) return version_ == 0 ? unbound() : ncclSuccess;
-    ncclResult_t r = v11()->finalize(ctx_);
+    if (version_ < 11) return version_ == 0 ? unbound() : ncclSuccess;
+    ncclResult_t r = version_ == 11 ? v11()->finalize(ctx_) : v12()->finalize(ctx_);
     if (r == ncclSuccess) ctx_ = nullptr;
     return r;
   }
@@ -186,6 +190,18 @@ class NetApi {
         out->maxMultiRequestSize = p.maxMultiRequestSize;
         return ncclSuccess;
       }
+      case 12: {
+        ncclNetProperties_v12_t p;
+        memset(&p, 0, sizeof(p));
+        ncclResult_t r = v12()->getProperties(dev, &p);
+        if (r != ncclSuccess) return r;
+        copyBase(p, out);
+        copyWide(p, out);
+        out->maxMultiRequestSize = p.maxMultiRequestSize;
+        out->railId = p.railId;
+        out->planeId = p.planeId;
+        return ncclSuccess;
+      }
       default: return unbound();
     }
   }
@@ -196,6 +212,7 @@ class NetApi {
       case 9: return v9()->listen(dev, handle, listenComm);
       case 10: return v10()->listen(dev, handle, listenComm);
       case 11: return v11()->listen(ctx_, dev, handle, listenComm);
+      case 12: return v12()->listen(ctx_, dev, handle, listenComm);
       default: return unbound();
     }
   }
@@ -207,6 +224,7 @@ class NetApi {
       case 9: return v9()->connect(dev, handle, sendComm, sendDevComm);
       case 10: return v10()->connect(dev, &config_, handle, sendComm, sendDevComm);
       case 11: return v11()->connect(ctx_, dev, handle, sendComm, sendDevComm);
+      case 12: return v12()->connect(ctx_, dev, handle, sendComm, sendDevComm);
       default: return unbound();
     }
   }
@@ -233,6 +251,7 @@ class NetApi {
       case 9: return v9()->isend(sendComm, data, size, tag, mhandle, request);
       case 10: return v10()->isend(sendComm, data, size, tag, mhandle, nullptr, request);
       case 11: return v11()->isend(sendComm, data, size, tag, mhandle, nullptr, request);
+      case 12: return v12()->isend(sendComm, data, size, tag, mhandle, nullptr, request);
       default: return unbound();
     }
   }
@@ -259,6 +278,7 @@ class NetApi {
       case 9: return v9()->irecv(recvComm, n, data, s, t, mhandles, request);
       case 10: return v10()->irecv(recvComm, n, data, s, t, mhandles, nullptr, request);
       case 11: return v11()->irecv(recvComm, n, data, s, t, mhandles, nullptr, request);
+      case 12: return v12()->irecv(recvComm, n, data, s, t, mhandles, nullptr, request);
       default: return unbound();
     }
   }
@@ -300,6 +320,7 @@ class NetApi {
   const ncclNet_v9_t* v9() const { return static_cast<const ncclNet_v9_t*>(table_); }
   const ncclNet_v10_t* v10() const { return static_cast<const ncclNet_v10_t*>(table_); }
   const ncclNet_v11_t* v11() const { return static_cast<const ncclNet_v11_t*>(table_); }
+  const ncclNet_v12_t* v12() const { return static_cast<const ncclNet_v12_t*>(table_); }
   static ncclResult_t unbound() { return ncclInvalidUsage; }
 
   // For entry points with the same signature in every version.
@@ -310,6 +331,7 @@ class NetApi {
       case 9: return fn(v9());
       case 10: return fn(v10());
       case 11: return fn(v11());
+      case 12: return fn(v12());
       default: return unbound();
     }
   }
@@ -334,7 +356,8 @@ class NetApi {
   static void copyWide(const P& p, Properties* out) {
     out->forceFlush = p.forceFlush;
     out->vDevCount = p.vProps.ndevs;
-    for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC; ++i) out->vDevs[i] = p.vProps.devs[i];
+    int cap = static_cast<int>(sizeof(p.vProps.devs) / sizeof(p.vProps.devs[0]));
+    for (int i = 0; i < p.vProps.ndevs && i < cap; ++i) out->vDevs[i] = p.vProps.devs[i];
     out->maxP2pBytes = p.maxP2pBytes;
     out->maxCollBytes = p.maxCollBytes;
   }

@@ -54,6 +54,13 @@ const ScenarioInfo kScenarios[] = {
      "[--limit 8M] [--big 64M]  2 nodes: RLIMIT_MEMLOCK without CAP_IPC_LOCK; a clear regMr error"},
     {"demo", runDemo, {"bytes", "pairs", "iters", "warmup"},
      "[--bytes 8M] [--pairs 2] [--iters 3] [--warmup 1]  ring all-reduce, ports and bandwidth"},
+    {"contract", runContract, {},
+     "                       2 nodes: groups of 8 sent reversed/shuffled/early, absent tag, oversize,\n"
+     "                  256 outstanding then NULL (what NCCL's proxy relies on)"},
+    {"abort-reload", runAbortReload, {"cycles"},
+     "[--cycles 20]          2 nodes: abandoned connect + dlclose + dlopen + init; nothing leaks"},
+    {"fork", runFork, {"iters", "size"},
+     "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
 };
 
 void usage(FILE* out) {
@@ -70,8 +77,8 @@ void usage(FILE* out) {
           "  --deadline S    fail instead of waiting past S seconds (240)\n"
           "  --plugin PATH   plugin library (libnccl-net-mesh.so, found via LD_LIBRARY_PATH)\n"
           "  --dev D         plugin device for every comm (0)\n"
-          "  --api V         ncclNet ABI every call goes through: v8, v9, v10, v11 (v8)\n"
-          "  --traffic-class N  given to init, v10/v11 only (-1: the plugin's NCCL_MESH_IB_TC)\n"
+          "  --api V         ncclNet ABI every call goes through: v8, v9, v10, v11, v12 (v8)\n"
+          "  --traffic-class N  given to init, v10+ only (-1: unset; NCCL_MESH_IB_TC wins when set)\n"
           "  --run-id ID     separates repeated runs in one shared directory (1)\n"
           "  --seed N        shuffles (1)\n"
           "  --verbose       echo the plugin's INFO lines (also with NCCL_DEBUG=INFO)\n");
@@ -179,10 +186,10 @@ bool configure(Context& ctx, const ScenarioInfo& info, int argc, char** argv) {
     ctx.dev = static_cast<int>(ctx.opts.integer("dev", 0));
     ctx.seed = static_cast<unsigned>(ctx.opts.integer("seed", 1));
     ctx.api = netapi::parseVersion(ctx.opts.str("api", "v8"));
-    if (ctx.api == 0) fail("--api %s: expected v8, v9, v10 or v11", ctx.opts.str("api", "").c_str());
+    if (ctx.api == 0) fail("--api %s: expected v8, v9, v10, v11 or v12", ctx.opts.str("api", "").c_str());
     ctx.trafficClass = static_cast<int>(ctx.opts.integer("traffic-class", NCCL_NET_TRAFFIC_CLASS_UNDEF));
     if (ctx.trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF && ctx.api < 10) {
-      fail("--traffic-class %d: ncclNet v%d has no way to pass one (use --api v10 or v11)",
+      fail("--traffic-class %d: ncclNet v%d has no way to pass one (use --api v10, v11 or v12)",
            ctx.trafficClass, ctx.api);
     }
     ctx.topology = envStr("VMESH_TOPOLOGY");

@@ -1,5 +1,5 @@
 // The plugin as NCCL sees it: dlopen("libnccl-net-mesh.so", RTLD_NOW | RTLD_LOCAL) through
-// LD_LIBRARY_PATH, dlsym("ncclNetPlugin_v<8|9|10|11>") (--api), init with a capturing
+// LD_LIBRARY_PATH, dlsym("ncclNetPlugin_v<8..12>") (--api), init with a capturing
 // logger. Every call goes through netapi::NetApi (tests/abi_versions/net_api.h), so the
 // scenarios read the same whatever the version: sizes are size_t, v11's context is
 // created by load() and ended by unload(). Nothing here links the plugin's code.
@@ -55,9 +55,9 @@ class PluginNet {
  public:
   // Loads `path` (a bare name is searched in LD_LIBRARY_PATH, as NCCL does), resolves
   // ncclNetPlugin_v<version> and calls init with the capturing logger and `trafficClass`
-  // (reaches the plugin in v10 and v11 only; -1 = its default). Throws Failure.
+  // (reaches the plugin in v10, v11 and v12 only; -1 = unset). Throws Failure.
   void load(const std::string& path, int version, int trafficClass, bool echoInfo);
-  // finalize (v11: ends init's context), then dlclose; checks nothing outlives the
+  // finalize (v11/v12: ends init's context), then dlclose; checks nothing outlives the
   // library (the caller's process keeps running).
   void unload();
   const netapi::NetApi& api() const { return api_; }

@@ -11,6 +11,10 @@ namespace e2e {
 
 // Entries in /proc/self/fd (not counting the directory handle used to count them).
 int countOpenFds();
+// Threads of this process (/proc/self/task).
+int countThreads();
+// True while a mapping of a file whose path contains `name` is in /proc/self/maps.
+bool libraryMapped(const std::string& name);
 
 struct RdmaResources {
   bool ok = false;

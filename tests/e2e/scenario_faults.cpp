@@ -322,24 +322,6 @@ std::string linkDown(Context& ctx) {
 
 // ---- reload ---------------------------------------------------------------------------------
 
-int countThreads() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (struct dirent* e = readdir(d)) if (e->d_name[0] != '.') ++n;
-    closedir(d);
-  }
-  return n;
-}
-
-bool libraryMapped(const std::string& name) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find(name) != std::string::npos) return true;
-  }
-  return false;
-}
-
 // 2 nodes: the plugin main() loaded is unloaded; then --rounds (3) times: dlopen, init,
 // comms both ways (2 each) with an exchange on every pair, close all, finalize, dlclose.
 // After each dlclose: the library is gone from the process, and threads, fds and RDMA

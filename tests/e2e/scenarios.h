@@ -31,6 +31,10 @@ std::string runLinks(Context& ctx);
 // scenario_ring.cpp
 std::string runAllreduce(Context& ctx);
 std::string runDemo(Context& ctx);
+// scenario_contract.cpp
+std::string runContract(Context& ctx);
+std::string runAbortReload(Context& ctx);
+std::string runFork(Context& ctx);
 
 // dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
 // runs in the parent: waits for the child and turns its planned death into exit 0.

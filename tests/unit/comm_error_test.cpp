@@ -16,22 +16,10 @@
 #include "mesh/async_events.h"
 #include "mesh/comm.h"
 #include "mesh/log.h"
+#include "warn_capture.h"
 
 namespace mesh {
 namespace {
-
-std::vector<std::string> gWarnings;
-
-__attribute__((format(printf, 5, 6))) void captureLog(ncclDebugLogLevel level, unsigned long,
-                                                      const char*, int, const char* fmt, ...) {
-  if (level != NCCL_LOG_WARN) return;
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  gWarnings.emplace_back(buf);
-}
 
 class ProbeComm : public Comm {
  public:
@@ -53,14 +41,11 @@ ibv_wc completion(ibv_wc_status status, WrKind kind) {
 
 class CommError : public ::testing::Test {
  protected:
-  void SetUp() override {
-    gWarnings.clear();
-    setLogger(captureLog);
-  }
-  void TearDown() override { setLogger(nullptr); }
+  testing_support::WarnCapture capture_;
+  const std::vector<std::string>& warnings_ = capture_.lines();
 
   bool lastWarns(const char* part) const {
-    return !gWarnings.empty() && gWarnings.back().find(part) != std::string::npos;
+    return !warnings_.empty() && warnings_.back().find(part) != std::string::npos;
   }
 
   Discovery disc_;
@@ -69,35 +54,35 @@ class CommError : public ::testing::Test {
 
 TEST_F(CommError, AFlushIsReportedAtOnceThenReplacedByItsCause) {
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::Recv)), ncclRemoteError);
-  ASSERT_EQ(gWarnings.size(), 1u);
-  EXPECT_TRUE(lastWarns("status 5")) << gWarnings.back();
-  EXPECT_TRUE(lastWarns("wr kind 3")) << gWarnings.back();
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_TRUE(lastWarns("status 5")) << warnings_.back();
+  EXPECT_TRUE(lastWarns("wr kind 3")) << warnings_.back();
 
   // More flushes add nothing.
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::Ctrl)), ncclRemoteError);
-  EXPECT_EQ(gWarnings.size(), 1u);
+  EXPECT_EQ(warnings_.size(), 1u);
 
   // The cause: a local error turns the result into ncclSystemError and is logged once.
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_LOC_QP_OP_ERR, WrKind::Ctrl)), ncclSystemError);
-  ASSERT_EQ(gWarnings.size(), 2u);
-  EXPECT_TRUE(lastWarns("the cause of the flushed work requests")) << gWarnings.back();
-  EXPECT_TRUE(lastWarns("status 2")) << gWarnings.back();
-  EXPECT_TRUE(lastWarns("wr kind 4")) << gWarnings.back();
+  ASSERT_EQ(warnings_.size(), 2u);
+  EXPECT_TRUE(lastWarns("the cause of the flushed work requests")) << warnings_.back();
+  EXPECT_TRUE(lastWarns("status 2")) << warnings_.back();
+  EXPECT_TRUE(lastWarns("wr kind 4")) << warnings_.back();
   EXPECT_EQ(comm_.health(nullptr), ncclSystemError);
 
   // Later errors are consequences: neither logged nor changing the result.
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_REM_INV_REQ_ERR, WrKind::SendFinal)), ncclSystemError);
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::Recv)), ncclSystemError);
-  EXPECT_EQ(gWarnings.size(), 2u);
+  EXPECT_EQ(warnings_.size(), 2u);
 }
 
 TEST_F(CommError, ARealErrorFirstIsNeverReplaced) {
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_RETRY_EXC_ERR, WrKind::SendFinal)), ncclRemoteError);
-  ASSERT_EQ(gWarnings.size(), 1u);
-  EXPECT_TRUE(lastWarns("status 12")) << gWarnings.back();
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_TRUE(lastWarns("status 12")) << warnings_.back();
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_WR_FLUSH_ERR, WrKind::SendBatch)), ncclRemoteError);
   EXPECT_EQ(comm_.completionError(completion(IBV_WC_LOC_PROT_ERR, WrKind::SendBatch)), ncclRemoteError);
-  EXPECT_EQ(gWarnings.size(), 1u);
+  EXPECT_EQ(warnings_.size(), 1u);
   EXPECT_EQ(comm_.health(nullptr), ncclRemoteError);
 }
 
@@ -129,7 +114,7 @@ TEST_F(CommError, FatalQpEventsFailTheOwningCommAtItsNextCall) {
   for (ibv_event_type type : {IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR,
                               IBV_EVENT_PATH_MIG_ERR}) {
     SCOPED_TRACE("event " + std::to_string(type));
-    gWarnings.clear();
+    testing_support::capturedWarnings().clear();
     Discovery disc;
     ProbeComm owner(&disc), bystander(&disc);
     ibv_qp qp{};
@@ -137,16 +122,16 @@ TEST_F(CommError, FatalQpEventsFailTheOwningCommAtItsNextCall) {
     qp.qp_context = &owner;
     EXPECT_EQ(owner.progress(), ncclSuccess);
     EXPECT_EQ(handleAsyncEvent("rxe_p1", "some event", qpEvent(type, &qp)), AsyncAction::FailedComm);
-    ASSERT_EQ(gWarnings.size(), 1u);
-    EXPECT_TRUE(lastWarns("rxe_p1: some event on QPN 42")) << gWarnings.back();
+    ASSERT_EQ(warnings_.size(), 1u);
+    EXPECT_TRUE(lastWarns("rxe_p1: some event on QPN 42")) << warnings_.back();
     // Only the owner fails, at its next call, naming the event; once.
     EXPECT_EQ(owner.progress(), ncclSystemError);
-    ASSERT_EQ(gWarnings.size(), 2u);
+    ASSERT_EQ(warnings_.size(), 2u);
     EXPECT_TRUE(lastWarns(("fatal asynchronous event on one of its QPs: " + fatalQpEventName(type)).c_str()))
-        << gWarnings.back();
+        << warnings_.back();
     EXPECT_EQ(fatalQpEventName(type).find("asynchronous event"), std::string::npos);
     EXPECT_EQ(owner.progress(), ncclSystemError);
-    EXPECT_EQ(gWarnings.size(), 2u);
+    EXPECT_EQ(warnings_.size(), 2u);
     EXPECT_EQ(bystander.progress(), ncclSuccess);
   }
 }
@@ -155,7 +140,7 @@ TEST_F(CommError, AFatalEventOnAQpWithoutACommIsOnlyLogged) {
   ibv_qp qp{};
   qp.qp_num = 7;
   EXPECT_EQ(handleAsyncEvent("mlx5_0", "QP fatal error", qpEvent(IBV_EVENT_QP_FATAL, &qp)), AsyncAction::Warned);
-  EXPECT_EQ(gWarnings.size(), 1u);
+  EXPECT_EQ(warnings_.size(), 1u);
 }
 
 TEST_F(CommError, PortDeviceAndCqErrorsAreLoggedOtherEventsAreInfo) {
@@ -163,25 +148,25 @@ TEST_F(CommError, PortDeviceAndCqErrorsAreLoggedOtherEventsAreInfo) {
   port.event_type = IBV_EVENT_PORT_ERR;
   port.element.port_num = 1;
   EXPECT_EQ(handleAsyncEvent("rxe_p1", "port error", port), AsyncAction::Warned);
-  EXPECT_TRUE(lastWarns("rxe_p1: port error (port 1)")) << gWarnings.back();
+  EXPECT_TRUE(lastWarns("rxe_p1: port error (port 1)")) << warnings_.back();
   ibv_async_event dev{};
   dev.event_type = IBV_EVENT_DEVICE_FATAL;
   EXPECT_EQ(handleAsyncEvent("rxe_p1", "local catastrophic error", dev), AsyncAction::Warned);
-  EXPECT_TRUE(lastWarns("rxe_p1: local catastrophic error")) << gWarnings.back();
+  EXPECT_TRUE(lastWarns("rxe_p1: local catastrophic error")) << warnings_.back();
   ibv_cq cq{};
   ibv_async_event cqErr{};
   cqErr.event_type = IBV_EVENT_CQ_ERR;
   cqErr.element.cq = &cq;
   EXPECT_EQ(handleAsyncEvent("rxe_p1", "CQ error", cqErr), AsyncAction::Warned);
-  EXPECT_TRUE(lastWarns("rxe_p1: CQ error")) << gWarnings.back();
-  EXPECT_EQ(gWarnings.size(), 3u);
+  EXPECT_TRUE(lastWarns("rxe_p1: CQ error")) << warnings_.back();
+  EXPECT_EQ(warnings_.size(), 3u);
   for (ibv_event_type type : {IBV_EVENT_PORT_ACTIVE, IBV_EVENT_LID_CHANGE, IBV_EVENT_GID_CHANGE,
                               IBV_EVENT_QP_LAST_WQE_REACHED}) {
     ibv_async_event ev{};
     ev.event_type = type;
     EXPECT_EQ(handleAsyncEvent("rxe_p1", "benign", ev), AsyncAction::Info) << "event " << type;
   }
-  EXPECT_EQ(gWarnings.size(), 3u);
+  EXPECT_EQ(warnings_.size(), 3u);
   EXPECT_EQ(fatalQpEventName(IBV_EVENT_PORT_ERR), "asynchronous event " + std::to_string(IBV_EVENT_PORT_ERR));
 }
 

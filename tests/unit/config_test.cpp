@@ -147,7 +147,7 @@ TEST(Config, IntegersOutsideTheirRangeFallBackToTheDefault) {
   for (const Case& k : {Case{"NCCL_MESH_IB_TIMEOUT", "0", "1", "31", "32"},
                         Case{"NCCL_MESH_IB_RETRY_CNT", "-1", "0", "7", "8"},
                         Case{"NCCL_MESH_IB_RNR_RETRY", "-1", "0", "7", "8"},
-                        Case{"NCCL_MESH_IB_TC", "-1", "0", "255", "256"},
+                        Case{"NCCL_MESH_IB_TC", "-2", "-1", "255", "256"},
                         Case{"NCCL_MESH_IB_SL", "-1", "0", "15", "16"},
                         Case{"NCCL_MESH_QPS_PER_CONN", "0", "1", "16", "17"},
                         Case{"NCCL_MESH_CONNECT_TIMEOUT_MS", "99", "100", "3600000", "3600001"},

@@ -306,7 +306,8 @@ TEST(HandshakeProto, RejectsPrefixLengthAbove32) {
 
 TEST(HandshakeProto, RejectsEveryNonZeroReservedByte) {
   const Bytes good = encodeOk(qpMessage(HsType::Hello, 1, 1));
-  std::vector<size_t> reserved = {12, 13, 14, 15, kBody + 2, kBody + 3, kLink0 + 11};
+  // Body byte 2 is the traffic class, reserved (0) unless byte 3 says it is carried.
+  std::vector<size_t> reserved = {12, 13, 14, 15, kBody + 2, kLink0 + 11};
   for (size_t i = 24; i < kHsLinkSize; ++i) reserved.push_back(kLink0 + i);
   for (size_t i = 26; i < kHsQpSize; ++i) reserved.push_back(kQp0 + i);
   for (size_t off : reserved) {
@@ -314,6 +315,33 @@ TEST(HandshakeProto, RejectsEveryNonZeroReservedByte) {
     b[off] = 0x80;
     EXPECT_NE(parseError(b).find("reserved"), std::string::npos) << "offset " << off;
   }
+}
+
+// The connector's traffic class and service level travel in body bytes 2..3, so the
+// receiver's QPs use the same ones (NCCL IB's connect metadata carries tc and sl).
+TEST(HandshakeProto, TrafficClassRoundTripsAndItsReservedBitsAreRefused) {
+  HsMessage m = qpMessage(HsType::Hello, 1, 1);
+  EXPECT_EQ(parseOk(encodeOk(m)).trafficClass, -1) << "not carried unless set";
+  m.trafficClass = 96;
+  m.serviceLevel = 3;
+  const Bytes good = encodeOk(m);
+  EXPECT_EQ(good[kBody + 2], 96);
+  EXPECT_EQ(good[kBody + 3], 0x83);
+  HsMessage back = parseOk(good);
+  EXPECT_EQ(back.trafficClass, 96);
+  EXPECT_EQ(back.serviceLevel, 3);
+  for (uint8_t bit : {0x10, 0x20, 0x40}) {
+    Bytes b = good;
+    b[kBody + 3] |= bit;
+    EXPECT_NE(parseError(b).find("reserved"), std::string::npos) << "bit " << int(bit);
+  }
+  Bytes b = good;
+  b[kBody + 3] = 0x03;  // a service level without the "carried" bit
+  EXPECT_NE(parseError(b).find("reserved"), std::string::npos);
+  m.serviceLevel = 16;
+  Bytes out;
+  std::string error;
+  EXPECT_FALSE(encodeHandshake(m, &out, &error));
 }
 
 TEST(HandshakeProto, RejectsReadyWithBody) {

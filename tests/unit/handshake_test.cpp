@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <sys/time.h>
+#include <dirent.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,9 +29,22 @@ using Clock = std::chrono::steady_clock;
 
 class FakeConn : public PreparedConn {
  public:
+  FakeConn() { ++live; }
+  ~FakeConn() override { --live; }
   uint32_t qpn = 0;
   uint32_t remoteQpn = 0;
+  static std::atomic<int> live;  // FakeConns not yet destroyed (their "QPs")
 };
+std::atomic<int> FakeConn::live{0};
+
+int openFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
+    closedir(d);
+  }
+  return n - 1;  // the directory's own fd
+}
 
 class FakeTransport : public Transport {
  public:
@@ -130,7 +144,37 @@ class HandshakeTest : public ::testing::Test {
   Reactor reactor_;
   FakeTransport transport_;
   std::unique_ptr<Handshaker> hs_;
+  friend void discardAndCheck(HandshakeTest* t, bool stopReactorFirst);
 };
+
+void discardAndCheck(HandshakeTest* t, bool stopReactorFirst) {
+  int fdsBefore = openFds();
+  int connsBefore = FakeConn::live.load();
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(t->hs_->listen(&l, &h), ncclSuccess);
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(t->hs_->startConnect(h, t->routesTo(h), ConnOptions(), &c), ncclSuccess);
+  // The connector has built its side (the HELLO is out) and waits for an ACCEPT that never comes.
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (FakeConn::live.load() == connsBefore && Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(FakeConn::live.load(), connsBefore + 1) << "the connector never prepared its comm";
+  if (stopReactorFirst) {
+    int running = openFds();
+    t->reactor_.stop();
+    fdsBefore -= running - openFds();  // the reactor's own epoll and eventfd
+  }
+  t->hs_->discardConnect(c);
+  t->hs_->closeListener(l);
+  while ((FakeConn::live.load() != connsBefore || openFds() != fdsBefore) && Clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(FakeConn::live.load(), connsBefore) << "the half-built comm outlived the discard";
+  EXPECT_EQ(openFds(), fdsBefore) << "a socket outlived the discard";
+  std::unique_ptr<PreparedConn> conn;
+  EXPECT_NE(t->hs_->pollConnect(c.get(), &conn), ncclSuccess) << "a discarded connect cannot succeed";
+  EXPECT_EQ(conn, nullptr);
+}
 
 TEST_F(HandshakeTest, ConnectAndAcceptExchangeQpInfo) {
   std::shared_ptr<Listener> l;
@@ -192,6 +236,16 @@ TEST_F(HandshakeTest, ManyPendingConnectsOnOneListenerAllComplete) {
   EXPECT_EQ(sent, cs.size());
   EXPECT_EQ(recvs.size(), cs.size());
   hs_->closeListener(l);
+}
+
+// A connect NCCL will not poll again (the plugin shuts down, or NCCL reused the handle
+// buffer for another) must give back its socket and its half-built comm, whether the
+// reactor still runs (the discard runs on it) or has stopped (it runs inline).
+void discardAndCheck(HandshakeTest* t, bool stopReactorFirst);
+
+TEST_F(HandshakeTest, ADiscardedConnectReleasesItsSocketAndComm) { discardAndCheck(this, false); }
+TEST_F(HandshakeTest, ADiscardedConnectReleasesItsSocketAndCommAfterTheReactorStopped) {
+  discardAndCheck(this, true);
 }
 
 TEST_F(HandshakeTest, WrongTokenIsRefused) {

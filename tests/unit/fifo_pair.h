@@ -1,0 +1,80 @@
+// Two ends of one connection in one process, over the fake RDMA of fake_rdma.h: node A
+// (devices a0, a1, ...) holds the SendComm, node B (b0, b1, ...) the RecvComm, one device
+// and port per link. Both comms are built and connected exactly as the handshake does it
+// (RdmaTransport::prepare on each side, the receiver activated with the sender's HELLO,
+// the sender with the receiver's ACCEPT), so everything but the TCP exchange is the
+// production code. Buffers are registered on every device of their side, as regMr does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fake_rdma.h"
+#include "mesh/comm.h"
+#include "mesh/mr_cache.h"
+#include "mesh/nic_discovery.h"
+
+namespace mesh {
+namespace fake {
+
+struct PairOptions {
+  int links = 1;            // parallel links, each on its own device
+  int qpsPerLink = 1;
+  size_t splitMin = 65536;
+  size_t maxWrBytes = size_t{1} << 30;
+  bool forceFlush = false;  // flush host memory too
+  int senderEnvTc = -1;     // NCCL_MESH_IB_TC on the sender's node (-1: unset)
+  int receiverEnvTc = -1;   // ... on the receiver's node
+  int connTc = -1;          // the communicator's trafficClass (v10/v11), -1: unset
+};
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  MrHandle mh;
+  std::vector<ibv_mr*> mrs;
+  uint8_t* data() { return bytes.data(); }
+};
+
+class FifoPair {
+ public:
+  FifoPair(FakeRdma& fake, PairOptions options = {});
+  ~FifoPair();
+  FifoPair(const FifoPair&) = delete;
+  FifoPair& operator=(const FifoPair&) = delete;
+
+  SendComm* sender() const { return sender_; }
+  RecvComm* receiver() const { return receiver_; }
+  // A registered buffer of `size` bytes on the sender's (A) or receiver's (B) node,
+  // filled with `fill`. Stays registered until the pair is destroyed.
+  Buffer* buffer(bool senderSide, size_t size, uint8_t fill = 0);
+  // Closes both comms (as closeSend/closeRecv do) before the buffers and devices go.
+  void closeComms();
+  const Discovery& discovery(bool senderSide) const { return senderSide ? discA_ : discB_; }
+
+  // test() until done or until the wire has nothing left to run; true when done.
+  bool waitDone(Request* req, size_t* sizes = nullptr, ncclResult_t* rc = nullptr);
+
+ private:
+  void buildSide(Discovery* disc, const char* prefix, bool senderSide);
+  std::vector<Route> routes(bool senderSide) const;
+
+  FakeRdma& fake_;
+  PairOptions options_;
+  Discovery discA_, discB_;
+  std::unique_ptr<RdmaTransport> transportA_, transportB_;
+  std::unique_ptr<PreparedConn> connA_, connB_;
+  SendComm* sender_ = nullptr;
+  RecvComm* receiver_ = nullptr;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+// A byte pattern that differs per (seed, offset).
+void fillPattern(uint8_t* data, size_t size, uint32_t seed);
+bool matchesPattern(const uint8_t* data, size_t size, uint32_t seed);
+
+}  // namespace fake
+}  // namespace mesh
