@@ -808,6 +808,18 @@ void writeResponses(Fabric* f, Conn* c) {
 
 // --- the progress pass and timers -------------------------------------------------------------
 
+void Fabric::drainRx(Conn* c) {
+  // Packets the peer published before it died were on the wire: they still arrive.
+  for (int rounds = 0; rounds < 1 << 16 && c->state == Conn::State::Up && c->rx.avail() >= kHdr; ++rounds) {
+    if (c->initiator) {
+      readResponses(this, c);
+    } else {
+      c->resp.clear();  // nobody reads responses any more: keep executing requests
+      readRequests(this, c);
+    }
+  }
+}
+
 void Fabric::progress() {
   for (auto& kv : outgoing) {
     Conn* c = kv.second.get();

@@ -339,6 +339,7 @@ class Fabric {
 
   // engine (engine.cpp)
   void progress();             // one pass over every connection: read, then write
+  void drainRx(Conn* c);       // the peer died: take in what it had already sent
   void scheduleTx(Qp* qp);     // the QP has packets to send
   void runTimers(Clock::time_point now);
   Clock::time_point nextTimer() const;

@@ -678,7 +678,10 @@ void Fabric::handleEpoll(void* tag, uint32_t events) {
     } else if (c->state == Conn::State::Up && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
       char b;
       ssize_t n = recv(c->sock, &b, 1, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN)) closeConn(c, "peer process exited");
+      if (n == 0 || (n < 0 && errno != EAGAIN)) {
+        drainRx(c);
+        closeConn(c, "peer process exited");
+      }
     }
   }
 }
