@@ -694,8 +694,7 @@ void Fabric::nicLoop() {
     Clock::time_point now = Clock::now();
     runTimers(now);
     Clock::time_point wake = nextTimer();
-    status->sleeping.store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    status->sleeping.store(1, std::memory_order_seq_cst);  // then anyWork() reads the rings
     if (anyWork() || stopping) {
       status->sleeping.store(0, std::memory_order_relaxed);
       // Let the application's threads in (post_send, poll_cq): std::mutex is not fair.

@@ -23,10 +23,10 @@ constexpr uint32_t kWireMagic = 0x4d464142;  // "MFAB"
 constexpr uint32_t kWireVersion = 1;
 
 // Shared by the writer and the reader of one ring. `head` is written only by the writer
-// (release after the bytes), `tail` only by the reader (release after it copied them out).
-// `writerWaiting` is set by a writer that found the ring full before it sleeps; the reader
-// clears it and rings the writer's doorbell after freeing space (a Dekker pair: each side
-// stores its flag, fences, then reads the other's state).
+// (after the bytes), `tail` only by the reader (after it copied them out). `writerWaiting`
+// is set by a writer that found the ring full before it sleeps; the reader clears it and
+// rings the writer's doorbell after freeing space. Each side stores, then reads the other's
+// state, both seq_cst (a Dekker pair: one of them sees the other).
 struct RingCtl {
   uint32_t magic;
   uint32_t version;
@@ -41,7 +41,8 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need lock-free 
 
 // One page per process, mapped by every peer. `sleeping` is set by the owner's NIC thread
 // just before it blocks in epoll_wait (and cleared when it wakes): a peer that published
-// bytes for it, or freed space it waits for, writes its doorbell eventfd only then.
+// bytes for it, or freed space it waits for, writes its doorbell eventfd only then
+// (seq_cst, the same Dekker pair with the ring's head/tail).
 struct ProcStatus {
   uint32_t magic;
   uint32_t version;
