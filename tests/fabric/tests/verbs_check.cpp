@@ -602,7 +602,37 @@ std::string caseData(check::Rank& r, Side& s) {
   return out;
 }
 
+// A forked child (a PyTorch DataLoader worker) uses verbs on its own and exits; the parent's
+// connection must not notice.
+std::string caseForkChild(check::Rank& r, Side& s) {
+  QpOpts o;
+  Pair p = connectPair(r, s, o);
+  std::string out;
+  if (r.rank == 0) {
+    pid_t child = fork();
+    if (child == 0) {
+      int n = 0;
+      ibv_device** list = ibv_get_device_list(&n);
+      ibv_context* c = n > 0 ? ibv_open_device(list[0]) : nullptr;
+      int rc = (c != nullptr && ibv_fork_init() == 0) ? 0 : 1;
+      if (c != nullptr) ibv_close_device(c);
+      if (list != nullptr) ibv_free_device_list(list);
+      exit(rc);  // runs the library's destructors in the child
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (s.post(p.qp, IBV_WR_RDMA_WRITE, 0, 64, p.remote, 0) != 0) fail("post");
+    ibv_wc wc;
+    out = format("child=%s parent_write_after=%s", WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "ok" : "failed",
+                 s.poll(p.cq, 10, &wc) ? statusName(wc.status).c_str() : "none");
+  }
+  r.barrier("done");
+  return out;
+}
+
 const std::map<std::string, std::function<std::string(check::Rank&, Side&)>> kCases = {
+    {"fork-child", caseForkChild},
     {"rtr-unreachable", caseRtrUnreachable}, {"no-remote-qp", caseNoRemoteQp},
     {"bad-rkey", caseBadRkey},               {"rnr", caseRnr},
     {"send-too-long", caseSendTooLong},      {"unsignaled-slots", caseUnsignaledSlots},
