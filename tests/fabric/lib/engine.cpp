@@ -368,6 +368,7 @@ void sendOne(Fabric* f, Conn* c, Qp* qp, Clock::time_point now) {
     }
   }
   count(f, qp->dev, kSentPkts, h.npsn);
+  qp->txRingPos = c->tx.ctl->head.load(std::memory_order_relaxed);
   if (!qp->timerArmed) armTimer(f, qp, now);
 }
 
@@ -571,7 +572,9 @@ void queueResponse(Conn* c, Qp* qp, const Packet& req, PktOp op, uint32_t psn, N
   if (op == PktOp::Ack && !c->resp.empty()) {
     RespItem& last = c->resp.back();
     if (last.qp == qp && last.hdr.op == PktOp::Ack) {  // coalesce: one ACK covers all
-      last.hdr.psn = psn;
+      // ... but never move it back: a re-acknowledged duplicate (a retransmission) must
+      // not replace the ACK of newer requests queued before it.
+      if (psnDiff(psn, last.hdr.psn) > 0) last.hdr.psn = psn;
       return;
     }
   }
@@ -849,6 +852,15 @@ void Fabric::runTimers(Clock::time_point now) {
     if (!qp->timerArmed || now < qp->ackDeadline) continue;
     if (!outstanding(qp)) {
       qp->timerArmed = false;
+      continue;
+    }
+    // The ACK timer of a packet starts when it leaves the NIC: one still queued in the
+    // request ring of a live peer (a slow responder: sanitizers, many ranks on few cores)
+    // has not timed out yet. A dead peer's connection is closed, so its packets do.
+    Conn* c = qp->conn;
+    if (c != nullptr && c->state == Conn::State::Up &&
+        c->tx.ctl->tail.load(std::memory_order_relaxed) < qp->txRingPos) {
+      armTimer(this, qp, now);
       continue;
     }
     if (qp->retriesLeft == 0) {

@@ -211,6 +211,9 @@ struct Qp {
   bool rnrWait = false;
   int readsOut = 0;
   Conn* conn = nullptr;             // where its requests go (resolved at the first send)
+  // Where its last packet ended in conn's request ring: until the responder has consumed
+  // past it, the packet is still queued in the "NIC", not on the wire (see runTimers).
+  uint64_t txRingPos = 0;
   bool inTxList = false;
 
   // Receive queue.
