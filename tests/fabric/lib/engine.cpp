@@ -631,20 +631,38 @@ ibv_wc_status scatter(Fabric* f, Conn* c, Qp* qp, uint64_t rq, uint64_t off, uin
   return IBV_WC_SUCCESS;
 }
 
+// A message that needs a receive WQE finds none: RNR NAK (true), or there is one (false).
+bool nakIfNoReceive(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
+  if (qp->rqNext < qp->rqHead) return false;
+  count(f, qp->dev, kSendRnrNak);
+  qp->nakSent = true;
+  queueResponse(c, qp, h, PktOp::Nak, h.psn, NakCode::Rnr);
+  return true;
+}
+
+void beginMessage(Qp* qp, PktOp op, uint32_t psn) {
+  qp->in = InMsg();
+  qp->in.active = true;
+  qp->in.op = op;
+  qp->in.firstPsn = psn;
+}
+
+// A READ response (streamed by writeResponses) for request h.
+void queueReadResponse(Conn* c, Qp* qp, const Packet& h) {
+  queueResponse(c, qp, h, PktOp::ReadResp, h.psn, NakCode::None);
+  RespItem& it = c->resp.back();
+  it.hdr.rkey = h.rkey;
+  it.hdr.raddr = h.raddr;
+  it.hdr.len = h.len;
+  it.hdr.npsn = h.npsn;
+}
+
 void executeWrite(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
   bool first = h.flags & kPktFirst, last = h.flags & kPktLast, imm = h.flags & kPktImm;
   if (first) {
     if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)) return responderError(f, c, qp, h, NakCode::Access);
-    if (imm && qp->rqNext >= qp->rqHead) {  // WRITE_WITH_IMM needs a receive WQE
-      count(f, qp->dev, kSendRnrNak);
-      qp->nakSent = true;
-      queueResponse(c, qp, h, PktOp::Nak, h.psn, NakCode::Rnr);
-      return;
-    }
-    qp->in = InMsg();
-    qp->in.active = true;
-    qp->in.op = PktOp::Write;
-    qp->in.firstPsn = h.psn;
+    if (imm && nakIfNoReceive(f, c, qp, h)) return;  // WRITE_WITH_IMM needs a receive WQE
+    beginMessage(qp, PktOp::Write, h.psn);
   }
   char* dst = translate(f, qp->pd, h.rkey, h.raddr, h.len, IBV_ACCESS_REMOTE_WRITE);
   if (dst == nullptr) return responderError(f, c, qp, h, NakCode::Access);
@@ -665,16 +683,8 @@ void executeWrite(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
 void executeSend(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
   bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
   if (first) {
-    if (qp->rqNext >= qp->rqHead) {
-      count(f, qp->dev, kSendRnrNak);
-      qp->nakSent = true;
-      queueResponse(c, qp, h, PktOp::Nak, h.psn, NakCode::Rnr);
-      return;
-    }
-    qp->in = InMsg();
-    qp->in.active = true;
-    qp->in.op = PktOp::Send;
-    qp->in.firstPsn = h.psn;
+    if (nakIfNoReceive(f, c, qp, h)) return;
+    beginMessage(qp, PktOp::Send, h.psn);
     qp->in.rq = qp->rqNext++;
     qp->in.haveRq = true;
   }
@@ -701,12 +711,7 @@ void executeRead(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
     return responderError(f, c, qp, h, NakCode::Access);
   }
   qp->expectedPsn = psnAdd(h.psn, h.npsn);
-  queueResponse(c, qp, h, PktOp::ReadResp, h.psn, NakCode::None);
-  RespItem& it = c->resp.back();
-  it.hdr.rkey = h.rkey;
-  it.hdr.raddr = h.raddr;
-  it.hdr.len = h.len;
-  it.hdr.npsn = h.npsn;
+  queueReadResponse(c, qp, h);
 }
 
 void handleRequest(Fabric* f, Conn* c, const Packet& h) {
@@ -724,12 +729,7 @@ void handleRequest(Fabric* f, Conn* c, const Packet& h) {
   if (diff < 0) {  // a retransmission of something already executed
     count(f, d, kDuplicateRequest);
     if (h.op == PktOp::ReadReq) {
-      queueResponse(c, qp, h, PktOp::ReadResp, h.psn, NakCode::None);
-      RespItem& it = c->resp.back();
-      it.hdr.rkey = h.rkey;
-      it.hdr.raddr = h.raddr;
-      it.hdr.len = h.len;
-      it.hdr.npsn = h.npsn;
+      queueReadResponse(c, qp, h);
     } else if (h.flags & kPktLast) {
       queueResponse(c, qp, h, PktOp::Ack, psnAdd(h.psn, h.npsn - 1), NakCode::None);
     }
