@@ -11,7 +11,13 @@
 # Absolute numbers in the lab mean little (TCG emulation, ~25 MB/s, ms latencies);
 # only ratios measured in the same run are meaningful.
 #
-# usage: scripts/bench-lab.sh [--build-dir DIR] [--out DIR] [--strict]
+# With --fabric, the same two ranks run on the userspace fabric instead (tests/fabric:
+# scripts/fabric-net namespaces, the drop-in libibverbs for perftest, NCCL_MESH_IBVERBS_LIB
+# for the plugin), with a receiver that spins as NCCL's proxy does (no idle sleep) and
+# larger defaults (BENCH_BW_BYTES 1G, BENCH_LAT_ITERS 2000, BENCH_REPEAT 3). Those ratios
+# describe the emulator (shared memory between two processes on this machine), not a NIC.
+#
+# usage: scripts/bench-lab.sh [--fabric] [--build-dir DIR] [--out DIR] [--strict]
 #   --build-dir DIR  the CMake build tree with nccl-mesh-perf and libnccl-net-mesh.so
 #                    (default $VMESH_BUILD_DIR or <repo>/build)
 #   --out DIR        where the log, the raw tool outputs and summary.txt go
@@ -38,11 +44,20 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 
 BW_SIZES="65536 1048576"
 LAT_SIZE=8
-BW_BYTES=${BENCH_BW_BYTES:-40M}
-LAT_ITERS=${BENCH_LAT_ITERS:-100}
-REPEAT=${BENCH_REPEAT:-2}
+FABRIC=0
+for a in "$@"; do [ "$a" = --fabric ] && FABRIC=1; done
+if [ "$FABRIC" = 1 ]; then
+    BW_BYTES=${BENCH_BW_BYTES:-1G}
+    LAT_ITERS=${BENCH_LAT_ITERS:-2000}
+    REPEAT=${BENCH_REPEAT:-3}
+    BW_IDLE_SLEEP_US=${BENCH_BW_IDLE_SLEEP_US:-0}
+else
+    BW_BYTES=${BENCH_BW_BYTES:-40M}
+    LAT_ITERS=${BENCH_LAT_ITERS:-100}
+    REPEAT=${BENCH_REPEAT:-2}
+    BW_IDLE_SLEEP_US=${BENCH_BW_IDLE_SLEEP_US:-50}
+fi
 BW_WINDOW=${BENCH_BW_WINDOW:-8}
-BW_IDLE_SLEEP_US=${BENCH_BW_IDLE_SLEEP_US:-50}
 PORT_BASE=18515
 SERVER_ADDR=198.18.0.2   # node 1 on link 0
 TOOL_TIMEOUT=180         # any single tool run
@@ -76,6 +91,13 @@ gid_index() {
     local dev=$1 netdev=$2 addr want gid idx
     addr=$(ip -4 -o addr show dev "$netdev" | awk '{print $4}' | cut -d/ -f1 | head -n1)
     [ -n "$addr" ] || return 1
+    if [ ! -d /sys/class/infiniband/"$dev" ]; then  # the fabric: ask the verbs API
+        ibv_devinfo -v -d "$dev" | awk -v want="::ffff:$addr, RoCE v2" '
+            /GID\[/ { line = $0; sub(/^[^]]*\]:[ \t]*/, "", line)
+                      if (line == want) { gsub(/.*\[ *|\].*/, ""); print; found = 1; exit } }
+            END { exit !found }'
+        return
+    fi
     want=$(ipv4_gid "$addr")
     for gid in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
         idx=${gid##*/}
@@ -154,7 +176,7 @@ guest() {
     local build=$1
     rank=${VMESH_RANK:?not in a vmesh guest}
     local peer=$((1 - rank))
-    dev=rxe_p$peer
+    dev=${BENCH_RDMA:-rxe}_p$peer
     results="${VMESH_SHARED:?}/bench"
     mkdir -p "$results"
     gid=$(gid_index "$dev" "p$peer") || {
@@ -207,6 +229,7 @@ host() {
     local build="" out="" strict=0
     while [ $# -gt 0 ]; do
         case "$1" in
+            --fabric) shift ;;
             --build-dir) build=$2; shift 2 ;;
             --out) out=$2; shift 2 ;;
             --strict) strict=1; shift ;;
@@ -220,20 +243,28 @@ host() {
     if ! command -v ib_write_bw >/dev/null || ! command -v ib_write_lat >/dev/null; then
         die "perftest not installed (apt-get install perftest)"
     fi
-    out=${out:-$build/bench-lab/$(date +%Y%m%d-%H%M%S)}
+    local where="Soft-RoCE link (QEMU lab)" runner=("$REPO/scripts/vmesh" run --build-dir "$build")
+    if [ "$FABRIC" = 1 ]; then
+        local dropin="$build/tests/fabric/dropin"
+        [ -e "$dropin/libibverbs.so.1" ] || die "$dropin/libibverbs.so.1 not built (cmake --build $build --target meshfab)"
+        where="meshfab link (userspace fabric, fabric-net; emulator figures, not hardware)"
+        runner=("$REPO/scripts/fabric-net" run --dropin "$dropin" --env BENCH_RDMA=fab
+                --env "NCCL_MESH_IBVERBS_LIB=$dropin/libibverbs.so.1")
+    fi
+    out=${out:-$build/bench-lab/$(date +%Y%m%d-%H%M%S)$([ "$FABRIC" = 1 ] && echo -fabric)}
     mkdir -p "$out" || die "cannot create $out"
-    log="$out/vmesh.log"
+    log="$out/run.log"
     echo "bench-lab: results in $out"
 
-    # The guests get only PATH, LD_LIBRARY_PATH and NCCL_* from here: pass the tunables.
-    "$REPO/scripts/vmesh" run --build-dir "$build" --nodes 2 --keep-shared \
+    # The ranks get only PATH, LD_LIBRARY_PATH and NCCL_* from here: pass the tunables.
+    "${runner[@]}" --nodes 2 --keep-shared \
         --timeout "${BENCH_TIMEOUT:-900}" --env "BENCH_BW_BYTES=$BW_BYTES" \
         --env "BENCH_LAT_ITERS=$LAT_ITERS" --env "BENCH_BW_WINDOW=$BW_WINDOW" --env "BENCH_BW_IDLE_SLEEP_US=$BW_IDLE_SLEEP_US" --env "BENCH_REPEAT=$REPEAT" \
         -- "$REPO/scripts/bench-lab.sh" --guest "$build" 2>&1 | tee "$log"
     local vmesh_rc=${PIPESTATUS[0]}
-    # vmesh kept the shared directory (raw tool outputs); bring them along, then drop it.
+    # The shared directory was kept (raw tool outputs); bring them along, then drop it.
     local kept
-    kept=$(sed -n 's/^vmesh: shared directory kept: //p' "$log" | tail -n1)
+    kept=$(sed -n 's/^\(vmesh\|fabric-net\): shared directory kept: //p' "$log" | tail -n1)
     if [ -n "$kept" ] && [ -d "$kept" ]; then
         cp -r "$kept/bench" "$out/raw" 2>/dev/null
         rm -rf "$kept"
@@ -244,10 +275,14 @@ host() {
     below=0
     {  # not a pipeline: row() sets missing/below in this shell
         echo
-        echo "bench-lab: nccl-mesh (plugin, through its ABI) vs perftest on the same Soft-RoCE link, same run"
+        echo "bench-lab: nccl-mesh (plugin, through its ABI) vs perftest on the same $where, same run"
         echo "  bandwidth in MB/s (2^20 B/s, perftest's unit); latency in usec, typical (median) half round trip;"
         echo "  nccl-mesh-perf window $BW_WINDOW, $BW_BYTES per bandwidth size, $LAT_ITERS latency iterations,"
-        echo "  bandwidth polls sleep ${BW_IDLE_SLEEP_US} us when idle (emulated NICs share the host cores);"
+        if [ "$BW_IDLE_SLEEP_US" = 0 ]; then
+            echo "  the receiver spins on test() as NCCL's proxy does;"
+        else
+            echo "  bandwidth polls sleep ${BW_IDLE_SLEEP_US} us when idle (emulated NICs share the host cores);"
+        fi
         echo "  each figure the best of $REPEAT alternating rounds (bandwidth: highest; latency: lowest typical)"
         printf '%-26s %14s %16s %8s %9s   %s\n' "metric" "ib_write_*" "nccl-mesh-perf" "ratio" "target" "verdict"
         row "bandwidth 64 KiB (MB/s)" "$(best MBps "BENCH ib_write_bw size=65536 " max)" \

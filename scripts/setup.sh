@@ -21,18 +21,19 @@ Runs as root, or as a user with sudo. Output of apt and cmake: build/setup.log.
 EOF
 }
 
-# Building and the unit/abi tiers.
+# Building and the unit/abi tiers; the fabric tier (userspace RDMA on network namespaces:
+# iproute2, util-linux's nsenter, rdma-core's tools and perftest run on it, ping for mgmt).
 REQUIRED_PACKAGES=(
-  build-essential cmake g++ pkg-config binutils file python3 iproute2
+  build-essential cmake g++ pkg-config binutils file python3 iproute2 util-linux iputils-ping
   libgtest-dev googletest libgmock-dev
-  rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
+  rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils perftest
 )
 # The fuzz tier (clang + its compiler-rt: libFuzzer, sanitizers; only Recommended by clang,
-# so --no-install-recommends would leave it out) and the lab tier (QEMU guests, raw verbs
-# tools to compare against). Missing ones are reported, not fatal: those tiers say why.
+# so --no-install-recommends would leave it out) and the lab tier (QEMU guests). Missing
+# ones are reported, not fatal: those tiers say why.
 OPTIONAL_PACKAGES=(
   clang libclang-rt-dev
-  qemu-system-x86 busybox-static cpio kmod perftest
+  qemu-system-x86 busybox-static cpio kmod
 )
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -2,17 +2,19 @@
 # test.sh: the project's test command (README, .ci/run). Runs scripts/setup.sh, then the
 # ctest tiers in order, each under a header, and stops at the first tier that fails:
 #   unit  module logic without RDMA        abi  the built plugin loaded as NCCL loads it
+#   fabric  end to end on the userspace RDMA fabric (tests/fabric) in network namespaces:
+#         the lab's scenarios and checks, rdma-core tools, 8 ranks, ASan/TSan, benchmarks
 #   sanitize  the unit tier under ASan+UBSan (build-asan/), and the threaded tests
 #         (reactor, handshake, registration cache) under TSan (build-tsan/)
 #   fuzz  bounded libFuzzer runs (clang)   lab  end to end on the QEMU Soft-RoCE mesh
-# A tier with no registered tests fails (unit, abi, lab), except fuzz on a machine
+# A tier with no registered tests fails (unit, abi, fabric, lab), except fuzz on a machine
 # without clang++, where it is skipped with the reason. Each tier's ctest output is also
 # kept in build/test-logs/<tier>.log; the last lines recap every tier's ctest summary.
 #
-#   scripts/test.sh [--tier unit|abi|fuzz|lab]... [--no-setup]
+#   scripts/test.sh [--tier unit|abi|fabric|sanitize|fuzz|lab]... [--no-setup]
 set -euo pipefail
 
-ALL_TIERS=(unit abi sanitize fuzz lab)
+ALL_TIERS=(unit abi fabric sanitize fuzz lab)
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR="$REPO/build"
 LOG_DIR="$BUILD_DIR/test-logs"
@@ -22,10 +24,10 @@ summary=()
 
 usage() {
   cat <<'EOF'
-usage: scripts/test.sh [--tier unit|abi|sanitize|fuzz|lab]... [--no-setup]
+usage: scripts/test.sh [--tier unit|abi|fabric|sanitize|fuzz|lab]... [--no-setup]
 
-Runs scripts/setup.sh (packages, build into build/), then the tiers unit, abi, sanitize,
-fuzz and lab in that order, stopping at the first failing tier.
+Runs scripts/setup.sh (packages, build into build/), then the tiers unit, abi, fabric,
+sanitize, fuzz and lab in that order, stopping at the first failing tier.
   --tier T     run only tier T (repeatable; tiers still run in the order above)
   --no-setup   use build/ as it is (no package check, no rebuild)
 EOF
@@ -74,6 +76,7 @@ tier_has_tests() {
   case "$tier" in
     fuzz) fail fuzz "no tests registered although clang++ is present; see the cmake output in build/setup.log (clang's compiler-rt missing? install libclang-rt-dev)" ;;
     lab) fail lab "no tests registered (tests/lab/CMakeLists.txt missing or the lab disabled)" ;;
+    fabric) fail fabric "no tests registered (tests/fabric/CMakeLists.txt missing?)" ;;
     *) fail "$tier" "no tests registered; this tier must exist" ;;
   esac
 }
@@ -117,7 +120,8 @@ run_tier() {
     # The lab's guest kernel is fetched once (network); a failure here fails this tier only.
     "$REPO/scripts/setup.sh" --no-build || fail lab "preparing the lab failed"
   fi
-  case "$tier" in unit|abi) jobs=$(nproc) ;; esac
+  # fabric: tests in their own namespaces, mostly waiting; its sanitizer runs are RUN_SERIAL.
+  case "$tier" in unit|abi|fabric) jobs=$(nproc) ;; esac
   mkdir -p "$LOG_DIR"
   set +e
   ctest --test-dir "$BUILD_DIR" --output-on-failure -L "^$tier\$" -j "$jobs" 2>&1 |

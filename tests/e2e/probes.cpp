@@ -15,11 +15,36 @@
 #include <sstream>
 
 #include "e2e_util.h"
+#include "meshfab/stats.h"
 #include "plugin_net.h"
 
 extern char** environ;
 
 namespace e2e {
+
+// Two backends: the kernel's RDMA stack (the QEMU lab: `rdma res show`, rxe's sysfs
+// counters, devices rxe_<netdev>) and the userspace fabric of tests/fabric (its stats
+// files in $MESHFAB_DIR, devices fab_<netdev>), chosen by whether MESHFAB_DIR is set.
+namespace {
+
+const char* fabricDir() {
+  const char* d = getenv("MESHFAB_DIR");
+  return d != nullptr && *d != '\0' ? d : nullptr;
+}
+
+const char* devicePrefix() { return fabricDir() != nullptr ? "fab_" : "rxe_"; }
+
+// The fabric's transport fds in this process (they follow peer processes, not the plugin).
+int fabricTransportFds() {
+  if (fabricDir() == nullptr) return 0;
+  int64_t n = 0;
+  meshfab::forEachStats(fabricDir(), 0, [&n](const meshfab::StatsFile& f) {
+    if (f.pid == getpid()) n += f.transportFds.load();
+  });
+  return static_cast<int>(n);
+}
+
+}  // namespace
 
 int countOpenFds() {
   DIR* d = opendir("/proc/self/fd");
@@ -29,7 +54,7 @@ int countOpenFds() {
     if (e->d_name[0] != '.') ++n;
   }
   closedir(d);
-  return n - 1;  // the DIR's own descriptor
+  return n - 1 - fabricTransportFds();  // the DIR's own descriptor
 }
 
 int countThreads() {
@@ -96,9 +121,28 @@ bool runCapture(const std::vector<std::string>& args, std::string* out, std::str
 
 const char* const kLeakKeys[] = {"qp", "cq", "mr", "pd"};
 
+// The fabric's `rdma res show`: object counts of every live process on this node (netns).
+RdmaResources fabricResources() {
+  RdmaResources r;
+  int files = meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&r](const meshfab::StatsFile& f) {
+    for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
+      const meshfab::DevStats& d = f.dev[i];
+      for (int k = 0; k < meshfab::kResCount; ++k) r.total[meshfab::resName(k)] += d.res[k].load();
+    }
+  });
+  for (const auto& kv : r.total) r.perDevice["fabric"] += format("%s %ld ", kv.first.c_str(), kv.second);
+  if (files == 0) {
+    r.error = format("no meshfab stats file of a live process under %s/stats", fabricDir());
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
 }  // namespace
 
 RdmaResources rdmaResources() {
+  if (fabricDir() != nullptr) return fabricResources();
   RdmaResources r;
   std::string out;
   // iproute2's rdma is in /usr/sbin or /sbin, which a test's PATH may lack.
@@ -169,6 +213,18 @@ std::string diffResources(const RdmaResources& before, const RdmaResources& afte
 }
 
 long readPortCounter(const std::string& dev, int port, const std::string& name) {
+  if (fabricDir() != nullptr) {  // summed over this node's processes, as a port counter is
+    long v = -1;
+    meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
+      for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
+        if (dev != f.dev[i].name || port != 1) continue;
+        for (int c = 0; c < meshfab::kCounterCount; ++c) {
+          if (name == meshfab::counterName(c)) v = (v < 0 ? 0 : v) + static_cast<long>(f.dev[i].counters[c].load());
+        }
+      }
+    });
+    return v;
+  }
   std::string path = format("/sys/class/infiniband/%s/ports/%d/hw_counters/%s", dev.c_str(),
                             port, name.c_str());
   FILE* f = fopen(path.c_str(), "re");
@@ -179,20 +235,35 @@ long readPortCounter(const std::string& dev, int port, const std::string& name) 
   return v;
 }
 
-std::vector<std::string> retransmitCounters() {
+namespace {
+
+std::vector<std::string> rdmaDeviceNames() {
   std::vector<std::string> names;
-  if (DIR* d = opendir("/sys/class/infiniband")) {
+  if (fabricDir() != nullptr) {
+    meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&names](const meshfab::StatsFile& f) {
+      for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
+        if (std::find(names.begin(), names.end(), f.dev[i].name) == names.end()) names.emplace_back(f.dev[i].name);
+      }
+    });
+  } else if (DIR* d = opendir("/sys/class/infiniband")) {
     while (struct dirent* e = readdir(d)) {
       if (e->d_name[0] != '.') names.emplace_back(e->d_name);
     }
     closedir(d);
   }
   std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> retransmitCounters() {
+  std::vector<std::string> names = rdmaDeviceNames();
   std::vector<std::string> out;
   for (const std::string& dev : names) {
     std::string line = dev + ":";
     for (const char* c : {"duplicate_request", "completer_retry_err", "out_of_seq_request", "rcvd_seq_err",
-                          "retry_exceeded_err", "rcvd_rnr_err", "sent_pkts", "rcvd_pkts"}) {
+                          "retry_exceeded_err", "rcvd_rnr_err", "sent_pkts", "rcvd_pkts", "unreachable_drops"}) {
       long v = readPortCounter(dev, 1, c);
       if (v >= 0) line += format(" %s=%ld", c, v);
     }
@@ -203,14 +274,10 @@ std::vector<std::string> retransmitCounters() {
 
 std::vector<std::string> labDevicesTowards(int peer) {
   std::vector<std::string> out;
-  DIR* d = opendir("/sys/class/infiniband");
-  if (d == nullptr) return out;
-  while (struct dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name.rfind("rxe_", 0) == 0 && isNetdevTowards(name.substr(4), peer)) out.push_back(name);
+  std::string prefix = devicePrefix();
+  for (const std::string& name : rdmaDeviceNames()) {
+    if (name.rfind(prefix, 0) == 0 && isNetdevTowards(name.substr(prefix.size()), peer)) out.push_back(name);
   }
-  closedir(d);
-  std::sort(out.begin(), out.end());
   return out;
 }
 

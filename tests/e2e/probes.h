@@ -1,6 +1,7 @@
-// What the scenarios measure outside the plugin: open file descriptors, the kernel's
-// RDMA resource counts (`rdma res show`, iproute2), and the Soft-RoCE port counters in
-// sysfs. Nothing here talks to the plugin.
+// What the scenarios measure outside the plugin: open file descriptors, the RDMA resource
+// counts and the port counters. Two backends: the kernel's (`rdma res show`, rxe's sysfs
+// hw_counters; the QEMU lab) and the userspace fabric's (tests/fabric: its stats files,
+// when MESHFAB_DIR is set). Nothing here talks to the plugin.
 #pragma once
 
 #include <map>
@@ -9,7 +10,8 @@
 
 namespace e2e {
 
-// Entries in /proc/self/fd (not counting the directory handle used to count them).
+// Entries in /proc/self/fd (not counting the directory handle used to count them, nor the
+// fabric transport's own fds, which come and go with peer processes).
 int countOpenFds();
 // Threads of this process (/proc/self/task).
 int countThreads();
@@ -38,7 +40,7 @@ long readPortCounter(const std::string& dev, int port, const std::string& name);
 // first thing to rule out when a healthy link fails.
 std::vector<std::string> retransmitCounters();
 // RDMA devices whose name says they are cabled to `peer` in the lab: rxe_p<peer>,
-// rxe_p<peer>b, ... (sorted).
+// rxe_p<peer>b, ... (fab_p<peer>, ... on the fabric; sorted).
 std::vector<std::string> labDevicesTowards(int peer);
 
 }  // namespace e2e

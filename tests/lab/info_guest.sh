@@ -2,8 +2,10 @@
 # Runs in every guest: nccl-mesh-info must list exactly this node's rxe ports with the
 # lab's addresses, /24 prefixes and RoCEv2 GID index 1, and route every address of every
 # other node that shares a cable with us to the port on that cable (and fail for the rest).
-# Usage: info_guest.sh PATH_TO_NCCL_MESH_INFO
+# Usage: info_guest.sh PATH_TO_NCCL_MESH_INFO   (also on the fabric: devices fab_<netdev>)
 set -u
+rdma=rxe
+[ -z "${MESHFAB_DIR:-}" ] || rdma=fab
 info=$1
 out=$("$info" 2>&1)
 fails=0
@@ -19,11 +21,11 @@ while read -r link a b dev_a dev_b addr_a addr_b; do
   else peers="$peers $addr_a $addr_b"; continue; fi
   mine=$((mine + 1))
   # Port row: "rxe_p1:1 p1 ACTIVE 198.18.0.1/24 1 ..."
-  echo "$out" | grep -Eq "^ *rxe_$dev:1 +$dev +ACTIVE +$addr/24 +1 " ||
-    fail "no port row 'rxe_$dev:1 $dev ACTIVE $addr/24 GID index 1'"
+  echo "$out" | grep -Eq "^ *${rdma}_$dev:1 +$dev +ACTIVE +$addr/24 +1 " ||
+    fail "no port row '${rdma}_$dev:1 $dev ACTIVE $addr/24 GID index 1'"
   route=$("$info" --peer "$peer" 2>&1)
-  echo "$route" | grep -Eq "$peer -> rxe_$dev:1/$dev via $addr/24 \(GID index 1\)" ||
-    fail "peer $peer not routed to rxe_$dev:1/$dev via $addr/24: $(echo "$route" | grep -F "$peer" | tail -n 1)"
+  echo "$route" | grep -Eq "$peer -> ${rdma}_$dev:1/$dev via $addr/24 \(GID index 1\)" ||
+    fail "peer $peer not routed to ${rdma}_$dev:1/$dev via $addr/24: $(echo "$route" | grep -F "$peer" | tail -n 1)"
 done <"$VMESH_LINK_TABLE"
 
 echo "$out" | grep -q "RDMA ports usable by the mesh: $mine\$" ||

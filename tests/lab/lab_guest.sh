@@ -1,14 +1,15 @@
 #!/bin/sh
 # Lab checks that run inside every vmesh guest: `lab_guest.sh STEP...`.
 #
-#   devices      the rxe devices are exactly those the topology cables, each
+#   devices      the RDMA devices are exactly those the topology cables, each
 #                ACTIVE, MTU 4096, with a RoCE v2 GID for its 198.18.L.(rank+1)
 #   pingpong     ibv_rc_pingpong (data checked) over every link, both directions
 #   no-diagonal  (4-node ring) the opposite node is unreachable: no route, and a
 #                pingpong to it fails fast instead of hanging
 #   mgmt         every other guest answers ping on the management network
 #
-# Exits non-zero on the first failed check.
+# Exits non-zero on the first failed check. Also runs on the userspace fabric under
+# scripts/fabric-net (devices fab_<netdev>; see lib.sh).
 # shellcheck disable=SC3043,SC2086  # `local` (see lib.sh); $PP_OPTS is a word list
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -18,12 +19,12 @@ PP_ITERS=20
 PP_MTU=4096
 
 step_devices() {
-    actual=$(for dev in /sys/class/infiniband/*; do echo "${dev##*/}"; done | sort)
+    actual=$(lab_rdma_devices)
     expected=$(lab_expected_devices)
     [ "$actual" = "$expected" ] ||
-        lab_fail "rxe devices are [$(echo "$actual" | xargs)], want [$(echo "$expected" | xargs)]"
+        lab_fail "RDMA devices are [$(echo "$actual" | xargs)], want [$(echo "$expected" | xargs)]"
     while read -r l peer netdev addr peer_addr; do
-        dev=rxe_$netdev
+        dev=${LAB_RDMA}_$netdev
         [ "$addr" = "198.18.$l.$((VMESH_RANK + 1))" ] || lab_fail "$netdev has $addr on link $l"
         [ "$peer_addr" = "198.18.$l.$((peer + 1))" ] || lab_fail "peer of $netdev is $peer_addr on link $l"
         case "$(ip -4 -o address show dev "$netdev")" in
@@ -54,7 +55,7 @@ set_pp_opts() {
 step_pingpong() {
     links=$(lab_my_links)
     while read -r l peer netdev addr peer_addr; do
-        set_pp_opts "rxe_$netdev" "$addr"
+        set_pp_opts "${LAB_RDMA}_$netdev" "$addr"
         lab_serve "pp$l.$VMESH_RANK" $((20000 + l)) ibv_rc_pingpong $PP_OPTS -p $((20000 + l))
     done <<EOF
 $links
@@ -62,9 +63,9 @@ EOF
     lab_publish_servers
     clients=""
     while read -r l peer netdev addr peer_addr; do
-        set_pp_opts "rxe_$netdev" "$addr"
+        set_pp_opts "${LAB_RDMA}_$netdev" "$addr"
         lab_client "pp$l.$peer" ibv_rc_pingpong $PP_OPTS -p $((20000 + l)) "$peer_addr" \
-            >"/tmp/pp$l.client.log" 2>&1 &
+            >"$LAB_TMP/pp$l.client.log" 2>&1 &
         clients="$clients $l:$!:$peer_addr"
     done <<EOF
 $links
@@ -73,8 +74,8 @@ EOF
         l=${c%%:*}
         rest=${c#*:}
         wait "${rest%%:*}" ||
-            { cat "/tmp/pp$l.client.log"; lab_fail "pingpong client on link $l to ${rest#*:} failed"; }
-        sed "s/^/pp$l client: /" "/tmp/pp$l.client.log"
+            { cat "$LAB_TMP/pp$l.client.log"; lab_fail "pingpong client on link $l to ${rest#*:} failed"; }
+        sed "s/^/pp$l client: /" "$LAB_TMP/pp$l.client.log"
     done
     lab_reap_servers
     lab_note "pingpong ok on every link, both directions"
@@ -84,22 +85,22 @@ EOF
 step_no_diagonal() {
     { [ "$VMESH_TOPOLOGY" = ring ] && [ "$VMESH_NODES" -eq 4 ]; } || lab_fail "no-diagonal needs a 4-node ring"
     far=$(((VMESH_RANK + 2) % 4))
-    [ ! -e "/sys/class/infiniband/rxe_p$far" ] || lab_fail "rxe_p$far exists: node $far is cabled"
+    ! lab_rdma_devices | grep -qx "${LAB_RDMA}_p$far" || lab_fail "${LAB_RDMA}_p$far exists: node $far is cabled"
     far_addrs=$(awk -v n="$far" '$2 == n { print $6 } $3 == n { print $7 }' "$VMESH_LINK_TABLE")
     [ -n "$far_addrs" ] || lab_fail "link table lists no address of node $far"
     read -r l peer netdev addr peer_addr <<EOF
 $(lab_my_links)
 EOF
-    set_pp_opts "rxe_$netdev" "$addr"
+    set_pp_opts "${LAB_RDMA}_$netdev" "$addr"
     for far_addr in $far_addrs; do
         if ip route get "$far_addr" >/dev/null 2>&1; then
             lab_fail "node $far's $far_addr is routable: $(ip route get "$far_addr")"
         fi
-        timeout 30 ibv_rc_pingpong $PP_OPTS -p 20999 "$far_addr" >/tmp/far.log 2>&1
+        timeout 30 ibv_rc_pingpong $PP_OPTS -p 20999 "$far_addr" >"$LAB_TMP/far.log" 2>&1
         status=$?
         [ "$status" -ne 0 ] || lab_fail "pingpong to unreachable $far_addr succeeded"
         [ "$status" -ne 124 ] || lab_fail "pingpong to unreachable $far_addr hung (killed after 30 s)"
-        lab_note "node $far at $far_addr: no route; pingpong failed with status $status: $(head -n 1 /tmp/far.log)"
+        lab_note "node $far at $far_addr: no route; pingpong failed with status $status: $(head -n 1 "$LAB_TMP/far.log")"
     done
 }
 
@@ -111,7 +112,7 @@ step_mgmt() {
         addr=198.19.0.$((rank + 1))
         # A peer may still be booting: poll, bounded.
         [ "$rank" -eq "$VMESH_RANK" ] ||
-            lab_poll 60 busybox ping -c 1 -W 2 "$addr" >/dev/null ||
+            lab_poll 60 lab_ping "$addr" >/dev/null ||
             lab_fail "rank $rank does not answer ping on mgmt ($addr)"
         rank=$((rank + 1))
     done

@@ -13,6 +13,18 @@
 
 LAB_DEADLINE_S=${LAB_DEADLINE_S:-120}
 
+# The same checks run on the userspace fabric (tests/fabric) under scripts/fabric-net,
+# which sets MESHFAB_DIR: its devices are fab_<netdev> instead of rxe_<netdev>, and all
+# ranks share one /tmp there, so each rank keeps its scratch files apart.
+if [ -n "${MESHFAB_DIR:-}" ]; then
+    LAB_RDMA=${LAB_RDMA:-fab}
+    LAB_TMP=${LAB_TMP:-$VMESH_SHARED/tmp.$VMESH_RANK}
+else
+    LAB_RDMA=${LAB_RDMA:-rxe}
+    LAB_TMP=${LAB_TMP:-/tmp}
+fi
+mkdir -p "$LAB_TMP"
+
 lab_fail() {
     echo "FAIL(rank $VMESH_RANK): $*" >&2
     exit 1
@@ -54,14 +66,14 @@ lab_expected_peers() {
     done | sort -un
 }
 
-# rxe device names vmesh must create here: rxe_p<peer>, rxe_p<peer>b, ...
+# RDMA device names the topology gives this node: rxe_p<peer>, rxe_p<peer>b, ... (fab_... on the fabric)
 lab_expected_devices() {
     local peer k
     for peer in $(lab_expected_peers); do
         set -- "" b c d e f g h
         k=0
         while [ "$k" -lt "$VMESH_LINKS" ]; do
-            echo "rxe_p$peer$1"
+            echo "${LAB_RDMA}_p$peer$1"
             shift
             k=$((k + 1))
         done
@@ -81,11 +93,26 @@ lab_my_links() {
 }
 
 # `ibv_devinfo -v` for device $1, as the verbs API reports it. One ibv_devinfo
-# run covers every device; it is cached in /tmp (a tmpfs private to this guest).
+# run covers every device; it is cached in $LAB_TMP.
 lab_devinfo() {
-    [ -s /tmp/lab.devinfo ] || ibv_devinfo -v >/tmp/lab.devinfo ||
+    [ -s "$LAB_TMP/lab.devinfo" ] || ibv_devinfo -v >"$LAB_TMP/lab.devinfo" ||
         lab_fail "ibv_devinfo -v failed"
-    awk -v dev="$1" '/^hca_id:/ { this = ($2 == dev) } this' /tmp/lab.devinfo
+    awk -v dev="$1" '/^hca_id:/ { this = ($2 == dev) } this' "$LAB_TMP/lab.devinfo"
+}
+
+# Names of the RDMA devices rdma-core lists here, sorted.
+lab_rdma_devices() {
+    lab_devinfo none >/dev/null
+    awk '/^hca_id:/ { print $2 }' "$LAB_TMP/lab.devinfo" | sort
+}
+
+# Pings $1 once (busybox's ping in the guests, the system's where there is no busybox).
+lab_ping() {
+    if command -v busybox >/dev/null 2>&1; then
+        busybox ping -c 1 -W 2 "$1"
+    else
+        ping -c 1 -W 2 "$1"
+    fi
 }
 
 # Index of the RoCE v2 GID that carries IPv4 address $2 on device $1.
@@ -107,13 +134,13 @@ lab_listening() {
     return 1
 }
 
-# Starts a server in the background and records "name port pid" in /tmp/lab.servers;
-# lab_publish_servers waits until all of them listen. Output: /tmp/NAME.server.log.
+# Starts a server in the background and records "name port pid" in $LAB_TMP/lab.servers;
+# lab_publish_servers waits until all of them listen. Output: $LAB_TMP/NAME.server.log.
 lab_serve() {
     local name="$1" port="$2"
     shift 2
-    timeout "$LAB_DEADLINE_S" "$@" >"/tmp/$name.server.log" 2>&1 &
-    echo "$name $port $!" >>/tmp/lab.servers
+    timeout "$LAB_DEADLINE_S" "$@" >"$LAB_TMP/$name.server.log" 2>&1 &
+    echo "$name $port $!" >>"$LAB_TMP/lab.servers"
 }
 
 # Waits until every server listens, then creates $VMESH_SHARED/ready.NAME for each,
@@ -122,11 +149,11 @@ lab_publish_servers() {
     local name port pid
     while read -r name port pid; do
         if ! lab_poll "$LAB_DEADLINE_S" lab_listening "$port"; then
-            cat "/tmp/$name.server.log"
+            cat "$LAB_TMP/$name.server.log"
             lab_fail "$name: server did not listen on port $port within ${LAB_DEADLINE_S}s"
         fi
         : >"$VMESH_SHARED/ready.$name"
-    done </tmp/lab.servers
+    done <"$LAB_TMP/lab.servers"
 }
 
 # Waits for a server's ready file, then runs the client "$@" with a deadline.
@@ -145,10 +172,10 @@ lab_reap_servers() {
     while read -r name port pid; do
         wait "$pid"
         status=$?
-        sed "s/^/$name server: /" "/tmp/$name.server.log"
+        sed "s/^/$name server: /" "$LAB_TMP/$name.server.log"
         [ "$status" -eq 0 ] || lab_fail "$name: server exited with status $status"
-    done </tmp/lab.servers
-    rm -f /tmp/lab.servers
+    done <"$LAB_TMP/lab.servers"
+    rm -f "$LAB_TMP/lab.servers"
 }
 
 # Succeeds when every guest has created $VMESH_SHARED/barrier.$1.<rank>.

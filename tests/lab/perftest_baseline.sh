@@ -18,7 +18,7 @@ read -r _ _ netdev addr peer_addr <<EOF
 $(lab_my_links | awk -v p=$((1 - VMESH_RANK)) '$2 == p' | head -n 1)
 EOF
 [ -n "$netdev" ] || lab_fail "no link between ranks 0 and 1"
-dev=rxe_$netdev
+dev=${LAB_RDMA}_$netdev
 gid=$(lab_gid_index "$dev" "$addr")
 [ -n "$gid" ] || lab_fail "$dev has no RoCE v2 GID for $addr"
 
@@ -66,8 +66,8 @@ echo "$TESTS" | while IFS=: read -r name port tool opts; do
         lab_publish_servers
         lab_reap_servers
     else
-        lab_client "$name" $tool $common "$peer_addr" >"/tmp/$name.out" 2>&1 ||
-            { cat "/tmp/$name.out"; lab_fail "$tool $opts failed"; }
-        report "$tool" "/tmp/$name.out"
+        lab_client "$name" $tool $common "$peer_addr" >"$LAB_TMP/$name.out" 2>&1 ||
+            { cat "$LAB_TMP/$name.out"; lab_fail "$tool $opts failed"; }
+        report "$tool" "$LAB_TMP/$name.out"
     fi
 done || exit 1
