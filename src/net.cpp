@@ -10,6 +10,7 @@
 #include "mesh/handshake.h"
 #include "mesh/log.h"
 #include "mesh/plugin.h"
+#include "mesh/static_state.h"
 #include "mesh/subnet_routing.h"
 
 namespace mesh {
@@ -66,7 +67,7 @@ void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
     std::lock_guard<std::mutex> lock(mutex_);
     live.swap(live_);
     for (auto& kv : pending_) pending.push_back(std::move(kv.second));
-    pending_ = decltype(pending_)();  // frees the buckets: this lives in static storage
+    releaseStatic(pending_);  // this lives in static storage
   }
   for (PendingConnect& p : pending) plugin->handshakerFor(p.dev)->discardConnect(p.connector);
   for (auto& kv : live) {

@@ -14,6 +14,7 @@
 #include "mesh/async_events.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/static_state.h"
 #include "mesh/version.h"
 
 namespace mesh {
@@ -111,9 +112,9 @@ void Plugin::shutdown() {
   // Reverse order of construction: the reactor first (its handlers hold pending handshakes
   // and their half-built comms), then the comms and connects NCCL left behind, then what
   // the comms used, then the devices.
-  // Containers are emptied by assigning empty ones, which frees their buffers too: this
-  // object lives in the library's static storage, so whatever it still points to when
-  // NCCL dlcloses the library would be leaked for good.
+  // Everything is released with releaseStatic (static_state.h): this object lives in the
+  // library's static storage, so whatever it still points to when NCCL dlcloses the
+  // library would be leaked for good.
   reactor_.stop();
   size_t connects = 0, comms = 0;
   tables_.releaseAll(this, &connects, &comms);
@@ -121,14 +122,14 @@ void Plugin::shutdown() {
     MESH_INFO(NCCL_INIT | NCCL_NET, "shutdown: ended %zu pending connect(s) and closed %zu comm(s) NCCL left open",
               connects, comms);
   }
-  handshakers_ = decltype(handshakers_)();
-  transports_ = decltype(transports_)();
+  releaseStatic(handshakers_);
+  releaseStatic(transports_);
   registry_.reset();
-  netDevices_ = decltype(netDevices_)();
+  releaseStatic(netDevices_);
   discovery_.devices.clear();  // closes PDs and contexts before anything else goes
-  discovery_ = Discovery();
+  releaseStatic(discovery_);
   unloadVerbs(&verbs_);
-  config_ = Config();
+  releaseStatic(config_);
   initPid_ = 0;
   initialized_ = false;
 }

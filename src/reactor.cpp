@@ -9,6 +9,7 @@
 
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/static_state.h"
 
 namespace mesh {
 
@@ -75,10 +76,9 @@ void Reactor::stop() {
     rest.swap(tasks_);
   }
   for (Task& t : rest) t();  // post() refuses now, so tasks_ stays empty and unallocated
-  // Assigning empty containers frees their buffers (clear() keeps them): the plugin's
-  // reactor lives in static storage that disappears with the library.
-  handlers_ = decltype(handlers_)();
-  timers_ = decltype(timers_)();
+  // The plugin's reactor lives in static storage that disappears with the library.
+  releaseStatic(handlers_);
+  releaseStatic(timers_);
   close(wakeFd_);
   close(epollFd_);
   wakeFd_ = epollFd_ = -1;

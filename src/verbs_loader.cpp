@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "mesh/log.h"
+#include "mesh/static_state.h"
 
 namespace mesh {
 
@@ -41,7 +42,7 @@ void unloadVerbs(VerbsApi* api) {
   if (api->libHandle != nullptr && dlclose(api->libHandle) != 0) {
     MESH_WARN("dlclose(%s) failed: %s", api->path.c_str(), dlerror());
   }
-  *api = VerbsApi();
+  releaseStatic(*api);  // the plugin's table lives in static storage
 }
 
 int queryPort(const VerbsApi& api, ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {
