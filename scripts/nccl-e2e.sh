@@ -27,7 +27,12 @@
 #   ring4-ib        stock NCCL IB on the ring with NCCL_ALGO=Ring
 #
 #   scripts/nccl-e2e.sh [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
-#                       [--plugin PATH] [--dropin DIR]
+#                       [--plugin PATH] [--dropin DIR] [--rehearse]
+#
+# --rehearse: no GPU and no NCCL. The same scenarios, namespaces, collectives and checks
+# with PyTorch's gloo backend on the CPU (any PyTorch, e.g. Debian's python3-torch; set
+# PYTHON to its interpreter), so the script and its driver are tested where no GPU is.
+# It measures nothing of interest and cannot check NCCL's log lines.
 #
 # Never part of CI (it needs a GPU, PyTorch and root). It checks its prerequisites first
 # and says what is missing. Exit status: 0 every scenario behaved as expected, 1 one did
@@ -40,6 +45,8 @@ PLUGIN=$REPO/build/libnccl-net-mesh.so
 DROPIN=$REPO/build/tests/fabric/dropin
 ONLY=""
 QUICK=0
+REHEARSE=0
+PYTHON=${PYTHON:-python3}
 MAX_BYTES=256M
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-channels ring4-ring ring4-default ring4-ib)
 
@@ -50,6 +57,7 @@ while [ $# -gt 0 ]; do
     --out) OUT_DIR=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --quick) QUICK=1 ;;
+    --rehearse) REHEARSE=1 ;;
     --max-bytes) MAX_BYTES=$2; shift ;;
     --plugin) PLUGIN=$2; shift ;;
     --dropin) DROPIN=$2; shift ;;
@@ -65,15 +73,16 @@ say() { echo "nccl-e2e: $*"; }
 check_prereqs() {
   local missing=()
   [ "$(id -u)" -eq 0 ] || missing+=("root (network namespaces)")
-  command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || missing+=("an NVIDIA GPU (nvidia-smi -L)")
-  command -v python3 >/dev/null || missing+=("python3")
-  if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    missing+=("PyTorch with CUDA (python3 -c 'import torch; torch.cuda.is_available()')")
+  if [ "$REHEARSE" -eq 1 ]; then
+    "$PYTHON" -c 'import torch.distributed as d, sys; sys.exit(0 if d.is_gloo_available() else 1)' 2>/dev/null ||
+      missing+=("PyTorch with gloo for $PYTHON (Debian: apt-get install python3-torch; PYTHON=/usr/bin/python3)")
+  else
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || missing+=("an NVIDIA GPU (nvidia-smi -L)")
+    if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+      missing+=("PyTorch with CUDA ($PYTHON -c 'import torch; torch.cuda.is_available()')")
+    fi
   fi
   command -v nsenter >/dev/null || missing+=("nsenter (util-linux)")
-  if [ -z "${IP:-}" ] && ! command -v ip >/dev/null; then
-    missing+=("iproute2's ip (or IP=/path/to/ip, e.g. Debian's ip binary with its libraries)")
-  fi
   [ -f "$PLUGIN" ] || missing+=("the plugin $PLUGIN (cmake --build build --target nccl-net-mesh)")
   [ -f "$DROPIN/libibverbs.so.1" ] || missing+=("the fabric drop-in $DROPIN/libibverbs.so.1 (cmake --build build --target meshfab)")
   [ -x "$REPO/scripts/fabric-net" ] || missing+=("scripts/fabric-net")
@@ -82,8 +91,12 @@ check_prereqs() {
     printf '  - %s\n' "${missing[@]}"
     exit 3
   fi
-  say "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-  say "PyTorch $(python3 -c 'import torch; print(torch.__version__, "NCCL", ".".join(map(str, torch.cuda.nccl.version())))')"
+  if [ "$REHEARSE" -eq 1 ]; then
+    say "rehearsal: gloo on the CPU, PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
+  else
+    say "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+    say "PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__, "NCCL", ".".join(map(str, torch.cuda.nccl.version())))')"
+  fi
   say "plugin: $PLUGIN; fabric drop-in: $DROPIN"
 }
 
@@ -107,13 +120,13 @@ run_scenario() {
   # fabric-net passes NCCL_*, PATH and LD_LIBRARY_PATH through; the rest goes with --env.
   "$REPO/scripts/fabric-net" run --nodes "$nodes" --topology "$topo" --timeout "$timeout" --fail-grace 30 \
     --env PYTHONUNBUFFERED=1 --env CUDA_VISIBLE_DEVICES=0 \
-    --env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT,NET --env NCCL_SOCKET_IFNAME=mgmt \
+    --env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT,NET --env NCCL_SOCKET_IFNAME=mgmt --env GLOO_SOCKET_IFNAME=mgmt \
     --env NCCL_NET_GDR_LEVEL=LOC "${envs[@]}" -- \
-    python3 "$REPO/scripts/nccl_e2e_rank.py" --label "$name" --json "$json" "$@" >"$log" 2>&1
+    "$PYTHON" "$REPO/scripts/nccl_e2e_rank.py" --label "$name" --json "$json" "${DRIVER_EXTRA[@]}" "$@" >"$log" 2>&1
   rc=$?
   local secs=$((SECONDS - start))
   python3 "$REPO/scripts/nccl_e2e_report.py" check --scenario "$name" --expect "$expect" --rc "$rc" \
-    --seconds "$secs" --log "$log" --json "$json" --summary "$OUT_DIR/summary.txt"
+    --seconds "$secs" --log "$log" --json "$json" --summary "$OUT_DIR/summary.txt" "${REPORT_EXTRA[@]}"
   local verdict=$?
   [ "$verdict" -eq 0 ] || FAILED+=("$name")
   return 0
@@ -121,6 +134,8 @@ run_scenario() {
 
 main() {
   check_prereqs
+  DRIVER_EXTRA=() REPORT_EXTRA=()
+  [ "$REHEARSE" -eq 1 ] && DRIVER_EXTRA=(--rehearse) REPORT_EXTRA=(--rehearse)
   mkdir -p "$OUT_DIR"
   : >"$OUT_DIR/summary.txt"
   FAILED=()

@@ -123,8 +123,17 @@ class Case:
         c = self.coll
         if c == "all_reduce":
             dist.all_reduce(self.inp)
+        elif c == "all_gather" and self.dev.type == "cpu":
+            # Rehearsal: older gloo has no all_gather_into_tensor; the list form fills views of out.
+            dist.all_gather(list(self.out.chunk(self.n)), self.inp)
         elif c == "all_gather":
             dist.all_gather_into_tensor(self.out, self.inp)
+        elif c == "reduce_scatter" and self.dev.type == "cpu":
+            # Rehearsal: gloo has no reduce_scatter; an all_reduce and this rank's slice give the same result.
+            full = self.inp.clone()
+            dist.all_reduce(full)
+            per = self.count // self.n
+            self.out.copy_(full[self.rank * per:(self.rank + 1) * per])
         elif c == "reduce_scatter":
             dist.reduce_scatter_tensor(self.out, self.inp)
         elif c == "broadcast":
@@ -159,6 +168,27 @@ def node_env(rank):
         os.environ["NCCL_IB_HCA"] = ",".join("=fab_" + n if i == 0 else "fab_" + n for i, n in enumerate(nics))
 
 
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed_us(dev, fn, iters):
+    """Microseconds per call of fn: CUDA events on a GPU, the host clock on the CPU."""
+    if dev.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1000.0 / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) * 1e6 / iters
+
+
 def sizes_between(lo, hi, factor):
     out, s = [], lo
     while s <= hi:
@@ -190,6 +220,9 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--label", default="")
     ap.add_argument("--timeout", type=int, default=300, help="seconds for any NCCL call")
+    ap.add_argument("--rehearse", action="store_true",
+                    help="no GPU, no NCCL: the same collectives and checks with PyTorch's gloo backend "
+                         "on the CPU (tests this driver and the namespaces; measures nothing of interest)")
     args = ap.parse_args()
 
     # Under scripts/fabric-net every rank is one node: VMESH_RANK/VMESH_NODES, management
@@ -201,19 +234,25 @@ def main():
     addr = os.environ.get("MASTER_ADDR", "198.19.0.1")
     port = int(os.environ.get("MASTER_PORT", "29500"))
     node_env(rank)
-    torch.cuda.set_device(0)
-    dev = torch.device("cuda", 0)
     timeout = datetime.timedelta(seconds=args.timeout)
+    if args.rehearse:
+        dev, backend, extra = torch.device("cpu"), "gloo", {}
+    else:
+        torch.cuda.set_device(0)
+        dev, backend = torch.device("cuda", 0), "nccl"
+        extra = {"device_id": dev}  # eager: NCCL's communicator exists when init returns
 
     def init(p):
-        dist.init_process_group("nccl", init_method=f"tcp://{addr}:{p}", rank=rank, world_size=n,
-                                timeout=timeout, device_id=dev)
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{p}", rank=rank, world_size=n,
+                                timeout=timeout, **extra)
 
     t0 = time.time()
     init(port)
     if rank == 0:
-        print(f"# nccl-e2e {args.label}: {n} ranks, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
-              f"torch {torch.__version__}, init {time.time() - t0:.2f} s", flush=True)
+        net = "gloo on the CPU (rehearsal)" if args.rehearse else \
+            "NCCL " + ".".join(map(str, torch.cuda.nccl.version()))
+        print(f"# nccl-e2e {args.label}: {n} ranks, {net}, torch {torch.__version__}, "
+              f"init {time.time() - t0:.2f} s", flush=True)
     if args.peers == "ring":
         peers = sorted({(rank + 1) % n, (rank - 1) % n} - {rank})
     else:
@@ -234,21 +273,15 @@ def main():
             case.refill()
             case.poison()
             case.run()
-            torch.cuda.synchronize()
+            sync(dev)
             wrong = case.wrong()
             for _ in range(args.warmup):
                 case.refill()
                 case.run()
             iters = iterations(case.nbytes, budget, args.min_iters, args.max_iters)
             dist.barrier()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                case.run()  # all_reduce repeats in place: values grow, only time matters here
-            end.record()
-            torch.cuda.synchronize()
-            us = start.elapsed_time(end) * 1000.0 / iters
+            sync(dev)
+            us = timed_us(dev, case.run, iters)  # all_reduce repeats in place: only time matters
             # The slowest rank's time and every rank's wrong count.
             stats = torch.tensor([us, float(wrong)], device=dev, dtype=torch.float64)
             dist.all_reduce(stats, op=dist.ReduceOp.MAX)
@@ -273,7 +306,7 @@ def main():
         init(port + 1)
         x = torch.full((1 << 20,), float(rank + 1), device=dev)
         dist.all_reduce(x)
-        torch.cuda.synchronize()
+        sync(dev)
         ok = bool((x == n * (n + 1) / 2).all().item())
         if rank == 0:
             print(f"# second communicator: all_reduce of 4 MiB {'exact' if ok else 'WRONG'}", flush=True)

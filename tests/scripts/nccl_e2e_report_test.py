@@ -25,7 +25,7 @@ def row(coll="all_reduce", nbytes=8, busbw=1.0, wrong=0):
 
 
 class Check(unittest.TestCase):
-    def run_check(self, scenario, lines, rows, rc=0, expect="pass"):
+    def run_check(self, scenario, lines, rows, rc=0, expect="pass", extra=()):
         with tempfile.TemporaryDirectory() as d:
             log, js, summary = (os.path.join(d, n) for n in ("s.log", "s.jsonl", "sum.txt"))
             with open(log, "w") as f:
@@ -33,7 +33,7 @@ class Check(unittest.TestCase):
             with open(js, "w") as f:
                 f.write("".join(json.dumps(r) + "\n" for r in rows))
             p = subprocess.run([sys.executable, REPORT, "check", "--scenario", scenario, "--expect", expect,
-                                "--rc", str(rc), "--log", log, "--json", js, "--summary", summary],
+                                "--rc", str(rc), "--log", log, "--json", js, "--summary", summary, *extra],
                                capture_output=True, text=True)
             with open(summary) as f:
                 return p.returncode, f.read()
@@ -58,6 +58,14 @@ class Check(unittest.TestCase):
         code, text = self.run_check("pair-ib", MESH_LINES, [row()])
         self.assertEqual(code, 1)
         self.assertIn("no channel went via NET/IB", text)
+
+    def test_rehearsal_needs_no_nccl_lines_but_still_rows_exit_and_data(self):
+        rehearse = ("--rehearse",)
+        code, text = self.run_check("tri-channels", [], [row()], extra=rehearse)
+        self.assertEqual(code, 0, text)
+        for rows, rc in (([], 0), ([row(wrong=1)], 0), ([row()], 1)):
+            code, text = self.run_check("pair-plugin", [], rows, rc=rc, extra=rehearse)
+            self.assertEqual(code, 1, text)
 
     def test_nonzero_exit_fails(self):
         code, _ = self.run_check("pair-plugin", MESH_LINES, [row()], rc=1)
