@@ -16,6 +16,7 @@
 
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/subnet_routing.h"
 
 namespace mesh {
 
@@ -205,48 +206,15 @@ void refuse(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccept>& p
   dropPending(hs, l, pa);
 }
 
-// Maps each link of a HELLO onto our NIC and address, checking that both ends really share
-// the link's subnet (a HELLO names our NIC index; we do not take its word for it).
-bool listenerRoutes(const Listener& l, const HsMessage& hello, std::vector<Route>* routes,
-                    std::string* why) {
-  routes->clear();
-  for (const HsLink& link : hello.links) {
-    const LocalNic* nic = nullptr;
-    for (const LocalNic& n : l.nics) {
-      if (n.index == link.receiverNic) nic = &n;
-    }
-    const LocalAddress* match = nullptr;
-    for (size_t i = 0; nic != nullptr && i < nic->addrs.size(); ++i) {
-      const LocalAddress& a = nic->addrs[i];
-      if (a.ip.addr == link.receiverAddr && sameSubnet(a.ip.addr, link.senderAddr, a.ip.prefixLen)) {
-        match = &a;
-      }
-    }
-    if (match == nullptr) {
-      *why = "link " + formatIpv4(link.senderAddr) + " -> " + formatIpv4(link.receiverAddr) +
-             " does not match a local port's subnet";
-      return false;
-    }
-    Route r;
-    r.localNic = nic->index;
-    r.gidIndex = match->gidIndex;
-    r.local = match->ip;
-    r.peerAddr = link.senderAddr;
-    r.peerNic = link.senderNic;
-    r.prefixLen = link.prefixLen;
-    routes->push_back(r);
-  }
-  return true;
-}
-
 void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l);
 
 void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
              const std::shared_ptr<PendingAccept>& pa, const HsMessage& msg) {
   if (msg.type != HsType::Hello) return refuse(hs, l.get(), pa, "expected HELLO");
   if (msg.token != l->token) return refuse(hs, l.get(), pa, "wrong token (stale or forged handle)");
-  std::string why;
-  if (!listenerRoutes(*l, msg, &pa->routes, &why)) return refuse(hs, l.get(), pa, why);
+  RouteResult route = acceptRoutes(l->nics, msg.links);
+  if (!route.ok()) return refuse(hs, l.get(), pa, route.error);
+  pa->routes = std::move(route.routes);
   pa->hello = msg;
   pa->stage = PendingAccept::Stage::Parked;
   maybeProcess(hs, l);

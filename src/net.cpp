@@ -102,12 +102,11 @@ ncclResult_t handshakerFor(int dev, Handshaker** out) {
 ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const ConnOptions& opts,
                           std::shared_ptr<Connector>* out) {
   std::vector<LocalNic> nics = Plugin::instance().transport(dev)->localNics();
-  RouteResult route = routeToPeer(nics, handle.addrs);
+  RouteResult route = connectRoutes(nics, handle.addrs, kMaxLinks);
   if (!route.ok()) {
     MESH_WARN("connect: %s", route.error.c_str());
     return ncclSystemError;
   }
-  if (route.routes.size() > static_cast<size_t>(kMaxLinks)) route.routes.resize(kMaxLinks);
   return hs->startConnect(handle, route.routes, opts, out);
 }
 

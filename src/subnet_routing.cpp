@@ -108,4 +108,45 @@ RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<Han
   return result;
 }
 
+RouteResult connectRoutes(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer,
+                          size_t maxLinks) {
+  RouteResult result = routeToPeer(nics, peer);
+  size_t cap = std::max<size_t>(maxLinks, 1);
+  if (result.routes.size() > cap) result.routes.resize(cap);
+  return result;
+}
+
+RouteResult acceptRoutes(const std::vector<LocalNic>& nics, const std::vector<HsLink>& links) {
+  RouteResult result;
+  for (const HsLink& link : links) {
+    const LocalNic* nic = nullptr;
+    for (const LocalNic& n : nics) {
+      if (n.index == link.receiverNic) nic = &n;
+    }
+    const LocalAddress* match = nullptr;
+    for (size_t i = 0; nic != nullptr && i < nic->addrs.size(); ++i) {
+      const LocalAddress& a = nic->addrs[i];
+      if (a.ip.addr == link.receiverAddr && sameSubnet(a.ip.addr, link.senderAddr, a.ip.prefixLen)) {
+        match = &a;
+      }
+    }
+    if (match == nullptr) {
+      result.routes.clear();
+      result.error = "link " + formatIpv4(link.senderAddr) + " -> " + formatIpv4(link.receiverAddr) +
+                     " does not match a local port's subnet";
+      return result;
+    }
+    Route r;
+    r.localNic = nic->index;
+    r.gidIndex = match->gidIndex;
+    r.local = match->ip;
+    r.peerAddr = link.senderAddr;
+    r.peerNic = link.senderNic;
+    r.prefixLen = link.prefixLen;
+    result.routes.push_back(r);
+  }
+  if (result.routes.empty()) result.error = "the HELLO names no link";
+  return result;
+}
+
 }  // namespace mesh

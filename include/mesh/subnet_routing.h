@@ -1,6 +1,11 @@
 // Subnet routing: which local port(s) reach a peer. In a switchless mesh every cable is
 // its own subnet, so the local address that shares a subnet with one of the peer's
-// addresses identifies the port cabled to that peer. Pure function, unit-tested.
+// addresses identifies the port cabled to that peer. Pure functions, unit-tested.
+//
+// This module is the one owner of the routing decision for both ends of a connection:
+// the connect side (connectRoutes: which cables to a listener's handle) and the accept
+// side (acceptRoutes: which local ports the links a HELLO names land on). Callers (net.cpp,
+// the handshake, later the relay) only apply the result.
 //
 // Rules:
 //  - A (local address, peer address) pair matches when each side's subnet contains the
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "mesh/handle_codec.h"
+#include "mesh/handshake_proto.h"
 #include "mesh/ipv4.h"
 
 namespace mesh {
@@ -49,5 +55,18 @@ struct RouteResult {
 };
 
 RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer);
+
+// Connect side: the routes a connect to the listener whose handle lists `peer` uses,
+// routeToPeer's order, at most maxLinks of them (a HELLO carries at most kHsMaxLinks): the
+// longest-prefix, lowest-NIC links are kept. maxLinks 0 counts as 1.
+RouteResult connectRoutes(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer,
+                          size_t maxLinks);
+
+// Accept side: maps each link of a connector's HELLO onto our NIC and address, in the
+// HELLO's order (the data path pairs routes by index on both ends). A HELLO names our NIC
+// index and address; we do not take its word for it: the NIC must hold that address and
+// the address's subnet must contain the connector's. Fails, with *error naming the link,
+// on the first link that does not match, or when the HELLO names no link.
+RouteResult acceptRoutes(const std::vector<LocalNic>& nics, const std::vector<HsLink>& links);
 
 }  // namespace mesh

@@ -317,5 +317,107 @@ TEST(SubnetRouting, ResultDoesNotDependOnInputOrder) {
   EXPECT_EQ(formatPrefix(reference.routes[1].local), "198.18.0.1/24");
 }
 
+
+// --- the connect side's cap and the accept side's check, both owned here ------------------
+
+TEST(ConnectRoutes, KeepsRouteToPeersOrderAndCapsTheLinkCount) {
+  std::vector<LocalNic> nics;
+  std::vector<HandleAddress> peer;
+  for (int i = 0; i < 6; ++i) {
+    std::string local = "198.18." + std::to_string(i) + ".1/24";
+    std::string remote = "198.18." + std::to_string(i) + ".2/24";
+    nics.push_back(nic(5 - i, "n" + std::to_string(i), {local.c_str()}));
+    peer.push_back(peerAddr(remote.c_str(), static_cast<uint8_t>(i)));
+  }
+  RouteResult all = routeToPeer(nics, peer);
+  ASSERT_EQ(all.routes.size(), 6u) << all.error;
+  RouteResult capped = connectRoutes(nics, peer, kHsMaxLinks);
+  ASSERT_EQ(capped.routes.size(), static_cast<size_t>(kHsMaxLinks));
+  for (size_t i = 0; i < capped.routes.size(); ++i) {
+    EXPECT_EQ(capped.routes[i].localNic, all.routes[i].localNic) << i;
+    EXPECT_EQ(capped.routes[i].peerNic, all.routes[i].peerNic) << i;
+  }
+  EXPECT_EQ(capped.routes[0].localNic, 0);
+  EXPECT_EQ(connectRoutes(nics, peer, 0).routes.size(), 1u);
+  EXPECT_EQ(connectRoutes(nics, peer, 100).routes.size(), 6u);
+}
+
+TEST(ConnectRoutes, NoSharedSubnetKeepsRouteToPeersError) {
+  RouteResult r = connectRoutes(nodeNics(kRing, 0), nodeHandle(kRing, 2), kHsMaxLinks);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error, routeToPeer(nodeNics(kRing, 0), nodeHandle(kRing, 2)).error);
+}
+
+// What a connector puts in its HELLO for its routes ("sender" = the connector).
+std::vector<HsLink> helloLinks(const std::vector<Route>& routes) {
+  std::vector<HsLink> links;
+  for (const Route& r : routes) {
+    HsLink l;
+    l.senderAddr = r.local.addr;
+    l.receiverAddr = r.peerAddr;
+    l.senderNic = static_cast<uint8_t>(r.localNic);
+    l.receiverNic = r.peerNic;
+    l.prefixLen = r.prefixLen;
+    links.push_back(l);
+  }
+  return links;
+}
+
+TEST(AcceptRoutes, BothEndsAgreeOnEveryCableOfTheTriangleAndRing) {
+  for (const auto* topo : {&kTriangle, &kRing}) {
+    int nodes = topo == &kTriangle ? 3 : 4;
+    for (int self = 0; self < nodes; ++self) {
+      for (int peer = 0; peer < nodes; ++peer) {
+        RouteResult out = connectRoutes(nodeNics(*topo, self), nodeHandle(*topo, peer), kHsMaxLinks);
+        if (self == peer || !out.ok()) continue;
+        RouteResult in = acceptRoutes(nodeNics(*topo, peer), helloLinks(out.routes));
+        ASSERT_TRUE(in.ok()) << self << "->" << peer << ": " << in.error;
+        ASSERT_EQ(in.routes.size(), out.routes.size());
+        for (size_t i = 0; i < in.routes.size(); ++i) {
+          EXPECT_EQ(in.routes[i].local.addr, out.routes[i].peerAddr);
+          EXPECT_EQ(in.routes[i].peerAddr, out.routes[i].local.addr);
+          EXPECT_EQ(in.routes[i].localNic, out.routes[i].peerNic);
+          EXPECT_EQ(in.routes[i].peerNic, out.routes[i].localNic);
+          EXPECT_EQ(in.routes[i].prefixLen, out.routes[i].prefixLen);
+        }
+      }
+    }
+  }
+}
+
+TEST(AcceptRoutes, KeepsTheHellosOrderAndTakesTheGidOfTheMatchedAddress) {
+  std::vector<LocalNic> nics = {nic(0, "a", {"198.18.0.2/24"}, 3), nic(1, "b", {"198.18.1.2/24"}, 7)};
+  std::vector<HsLink> links(2);
+  links[0] = {0xC6120101u, 0xC6120102u, 4, 1, 24, 0, 0};  // 198.18.1.1 -> 198.18.1.2
+  links[1] = {0xC6120001u, 0xC6120002u, 2, 0, 24, 0, 0};  // 198.18.0.1 -> 198.18.0.2
+  RouteResult r = acceptRoutes(nics, links);
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].localNic, 1);
+  EXPECT_EQ(r.routes[0].gidIndex, 7);
+  EXPECT_EQ(r.routes[0].peerNic, 4);
+  EXPECT_EQ(r.routes[1].localNic, 0);
+  EXPECT_EQ(r.routes[1].gidIndex, 3);
+}
+
+TEST(AcceptRoutes, RefusesALinkWhoseNicAddressOrSubnetDoesNotMatch) {
+  std::vector<LocalNic> nics = {nic(0, "a", {"198.18.0.2/24"}), nic(1, "b", {"198.18.1.2/24"})};
+  HsLink good{0xC6120001u, 0xC6120002u, 0, 0, 24, 0, 0};
+  HsLink wrongNic = good;
+  wrongNic.receiverNic = 1;  // our address, but on the other NIC
+  HsLink unknownNic = good;
+  unknownNic.receiverNic = 9;
+  HsLink foreignSender = good;
+  foreignSender.senderAddr = 0xC6120501u;  // 198.18.5.1 is not on 198.18.0.0/24
+  for (const HsLink& bad : {wrongNic, unknownNic, foreignSender}) {
+    RouteResult r = acceptRoutes(nics, {good, bad});
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(r.routes.empty());
+    EXPECT_NE(r.error.find("does not match a local port's subnet"), std::string::npos) << r.error;
+  }
+  EXPECT_EQ(acceptRoutes(nics, {foreignSender}).error,
+            "link 198.18.5.1 -> 198.18.0.2 does not match a local port's subnet");
+  EXPECT_EQ(acceptRoutes(nics, {}).error, "the HELLO names no link");
+}
+
 }  // namespace
 }  // namespace mesh
