@@ -15,11 +15,8 @@ namespace {
 
 uint8_t clampPrefix(uint8_t len) { return len > 32 ? 32 : len; }
 
-// Each side's subnet must contain the other side's address: with mismatched prefixes
-// (a /16 facing a /24) only one end would consider the link on-link otherwise.
 bool pairMatches(const Ipv4Prefix& local, const HandleAddress& peer) {
-  return sameSubnet(local.addr, peer.addr, local.prefixLen) &&
-         sameSubnet(local.addr, peer.addr, peer.prefixLen);
+  return onSameLink(local, Ipv4Prefix{peer.addr, peer.prefixLen});
 }
 
 // Lower key = preferred address pair for one physical link.
@@ -82,6 +79,10 @@ std::string describeNoRoute(const std::vector<LocalNic>& nics,
 }
 
 }  // namespace
+
+bool onSameLink(const Ipv4Prefix& a, const Ipv4Prefix& b) {
+  return sameSubnet(a.addr, b.addr, a.prefixLen) && sameSubnet(a.addr, b.addr, b.prefixLen);
+}
 
 RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer) {
   // One route per physical link, keyed by (local nic, peer nic): extra addresses on a

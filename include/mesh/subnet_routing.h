@@ -54,6 +54,10 @@ struct RouteResult {
   bool ok() const { return !routes.empty(); }
 };
 
+// True when each side's subnet contains the other side's address: both ends then agree
+// the link is on-link (a /16 facing a /24 would otherwise be on-link for one end only).
+bool onSameLink(const Ipv4Prefix& a, const Ipv4Prefix& b);
+
 RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer);
 
 // Connect side: the routes a connect to the listener whose handle lists `peer` uses,
