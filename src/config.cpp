@@ -23,6 +23,9 @@ struct Setting {
   std::string accepted;  // shown in warnings after "accepted: "
   std::function<bool(const std::string& text, Config* config)> parse;
   std::function<std::string(const Config& config)> format;
+  // Optional: why `text` was refused, where the accepted values alone do not say (which
+  // entry of a list is wrong, a value that exists but is not available yet).
+  std::function<std::string(const std::string& text)> explain = nullptr;
 };
 
 std::string lower(std::string s) {
@@ -204,6 +207,45 @@ Setting portRangeSetting() {
           }};
 }
 
+Setting relaySetting() {
+  return {{"NCCL_MESH_RELAY", "off",
+           "Relay (not yet active): 'off' = a pair of nodes without a shared cable gets the "
+           "routing error; 'auto' (forwarding through a neighbour) is refused until the relay "
+           "service exists"},
+          "off",
+          [](const std::string& text, Config* c) {
+            if (lower(text) != "off") return false;
+            c->relay = RelayMode::Off;
+            return true;
+          },
+          [](const Config& c) { return std::string(c.relay == RelayMode::Off ? "off" : "auto"); },
+          [](const std::string& text) {
+            return lower(text) == "auto"
+                       ? std::string("relaying is not available in this build yet; pairs without "
+                                     "a shared cable still fail with the routing error")
+                       : std::string();
+          }};
+}
+
+Setting staticRoutesSetting() {
+  return {{"NCCL_MESH_ROUTES", "",
+           "Relay (not yet active): static routes, 'DEST/LEN=NEXTHOP' entries separated by ',' "
+           "or ';' (e.g. '198.18.2.0/24=198.18.0.2'): reach DEST through the neighbour at "
+           "NEXTHOP; they override learned routes to the same prefix; empty = none"},
+          "DEST/LEN=NEXTHOP entries separated by ',' or ';'",
+          [](const std::string& text, Config* c) {
+            std::string ignored;
+            return parseStaticRoutes(text, &c->staticRoutes, &ignored);
+          },
+          [](const Config& c) { return formatStaticRoutes(c.staticRoutes); },
+          [](const std::string& text) {
+            std::vector<StaticRoute> ignored;
+            std::string why;
+            parseStaticRoutes(text, &ignored, &why);
+            return why;
+          }};
+}
+
 std::vector<Setting> buildTable() {
   // Rows are in Config's field order; describeConfig and the README follow it.
   return {
@@ -274,6 +316,28 @@ std::vector<Setting> buildTable() {
                   "1 = also flush (the loopback RDMA READ) after receives into host memory, "
                   "not only GPU memory",
                   &Config::forceFlush),
+      relaySetting(),
+      staticRoutesSetting(),
+      intSetting("NCCL_MESH_RELAY_PORT", "41517",
+                 "Relay (not yet active): TCP port of the relay service on the mesh addresses; "
+                 "the same on every node (1..65535)",
+                 &Config::relayPort, 1, 65535),
+      intSetting("NCCL_MESH_RELAY_MAX_HOPS", "2",
+                 "Relay (not yet active): most relay nodes on one path (1..15); a 6-node ring "
+                 "needs 2, an 8-node ring 3",
+                 &Config::relayMaxHops, 1, kRouteMaxHopsLimit),
+      sizeSetting("NCCL_MESH_RELAY_CHUNK", "512K",
+                  "Relay (not yet active): bytes per slot of a relayed connection's staging ring "
+                  "at the relay node (K/M/G suffixes, 4K..64M)",
+                  &Config::relayChunk, 4 * kKiB, 64 * kMiB),
+      intSetting("NCCL_MESH_RELAY_DEPTH", "8",
+                 "Relay (not yet active): slots in a relayed connection's staging ring (2..64)",
+                 &Config::relayDepth, 2, 64),
+      sizeSetting("NCCL_MESH_RELAY_MEM", "1G",
+                  "Relay (not yet active): registered staging memory one relay node gives all "
+                  "relayed connections together; beyond it a relayed connect is refused (K/M/G "
+                  "suffixes, 1M..64G)",
+                  &Config::relayMem, kMiB, 64 * kGiB),
   };
 }
 
@@ -296,10 +360,19 @@ Config loadConfig(const EnvLookup& env, std::vector<std::string>* warnings) {
     if (s.parse(text, &config)) continue;
     if (warnings) {
       std::string def = s.format(kDefaults);
-      warnings->push_back(std::string(s.info.name) + "='" + raw +
-                          "' is not valid (accepted: " + s.accepted + "); using " +
+      std::string why = s.explain ? s.explain(text) : std::string();
+      warnings->push_back(std::string(s.info.name) + "='" + raw + "' is not valid (accepted: " +
+                          s.accepted + ")" + (why.empty() ? "" : ": " + why) + "; using " +
                           (def.empty() ? std::string("the default (empty)") : def));
     }
+  }
+  uint64_t ring = uint64_t{config.relayChunk} * static_cast<uint64_t>(config.relayDepth);
+  if (warnings && ring > config.relayMem) {
+    warnings->push_back("NCCL_MESH_RELAY_MEM=" + formatSize(config.relayMem) +
+                        " is smaller than one relayed connection's staging ring "
+                        "(NCCL_MESH_RELAY_CHUNK x NCCL_MESH_RELAY_DEPTH = " + formatSize(ring) +
+                        "): every relayed connection would be refused; raise NCCL_MESH_RELAY_MEM "
+                        "or lower the other two");
   }
   return config;
 }

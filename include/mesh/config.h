@@ -10,9 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "mesh/routes.h"
+
 namespace mesh {
 
 enum class DeviceMode { Node, Port };
+
+// NCCL_MESH_RELAY. Only Off can be set until the relay service and data path exist (issue
+// 15): the settings refuse "auto", so no build enables a half-wired relay.
+enum class RelayMode { Off, Auto };
 
 struct Config {
   std::string ibverbsLib = "libibverbs.so.1";  // NCCL_MESH_IBVERBS_LIB
@@ -36,6 +42,14 @@ struct Config {
   int portMax = 0;
   bool gdrFlushDisable = false;                // NCCL_GDR_FLUSH_DISABLE
   bool forceFlush = false;                     // NCCL_MESH_FORCE_FLUSH: flush host memory too
+  // Relay (issue 15): read and validated now, used once the relay service exists.
+  RelayMode relay = RelayMode::Off;            // NCCL_MESH_RELAY: off (auto not available yet)
+  std::vector<StaticRoute> staticRoutes;       // NCCL_MESH_ROUTES (routes.h syntax)
+  int relayPort = 41517;                       // NCCL_MESH_RELAY_PORT, the same on every node
+  int relayMaxHops = 2;                        // NCCL_MESH_RELAY_MAX_HOPS (relays on a path)
+  size_t relayChunk = 512u << 10;              // NCCL_MESH_RELAY_CHUNK: staging ring slot
+  int relayDepth = 8;                          // NCCL_MESH_RELAY_DEPTH: slots per connection
+  size_t relayMem = size_t{1} << 30;           // NCCL_MESH_RELAY_MEM: staging cap per node
 };
 
 // One row of the settings table, for logging, --help and the README.
@@ -49,7 +63,10 @@ using EnvLookup = std::function<const char*(const char* name)>;
 
 // Reads every setting through `env` (getenv in production). Each rejected value appends
 // one human-readable warning to *warnings, e.g.
-//   "NCCL_MESH_DEVICES='nodes' is not valid (accepted: node, port); using node".
+//   "NCCL_MESH_DEVICES='nodes' is not valid (accepted: node, port); using node",
+// with the reason after the accepted values where a row can say more (a syntax error's
+// entry, a value not available yet). Settings that contradict each other (the relay's
+// staging ring larger than its memory cap) add a warning naming both and keep the values.
 Config loadConfig(const EnvLookup& env, std::vector<std::string>* warnings);
 
 // "NAME=value" for every setting, in table order (logged once at init).

@@ -89,7 +89,14 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
               {"NCCL_MESH_LISTEN_ADDR", "ANY"},
               {"NCCL_MESH_PORT_RANGE", "50000-50100"},
               {"NCCL_GDR_FLUSH_DISABLE", "yes"},
-              {"NCCL_MESH_FORCE_FLUSH", "on"}};
+              {"NCCL_MESH_FORCE_FLUSH", "on"},
+              {"NCCL_MESH_RELAY", "OFF"},
+              {"NCCL_MESH_ROUTES", "198.18.2.0/24=198.18.0.2"},
+              {"NCCL_MESH_RELAY_PORT", "42000"},
+              {"NCCL_MESH_RELAY_MAX_HOPS", "3"},
+              {"NCCL_MESH_RELAY_CHUNK", "1M"},
+              {"NCCL_MESH_RELAY_DEPTH", "4"},
+              {"NCCL_MESH_RELAY_MEM", "256M"}};
   std::vector<std::string> warnings;
   Config c = load(env, &warnings);
   EXPECT_TRUE(warnings.empty()) << warnings[0];
@@ -113,6 +120,14 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
   EXPECT_EQ(c.portMax, 50100);
   EXPECT_TRUE(c.gdrFlushDisable);
   EXPECT_TRUE(c.forceFlush);
+  EXPECT_EQ(c.relay, RelayMode::Off);
+  ASSERT_EQ(c.staticRoutes.size(), 1u);
+  EXPECT_EQ(c.staticRoutes[0], (StaticRoute{{0xC6120200u, 24}, 0xC6120002u}));
+  EXPECT_EQ(c.relayPort, 42000);
+  EXPECT_EQ(c.relayMaxHops, 3);
+  EXPECT_EQ(c.relayChunk, 1u << 20);
+  EXPECT_EQ(c.relayDepth, 4);
+  EXPECT_EQ(c.relayMem, 256u << 20);
 }
 
 TEST(Config, BadEnumWarnsInTheDocumentedFormat) {
@@ -323,10 +338,12 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_SL",
         "NCCL_MESH_IB_MTU", "NCCL_MESH_QPS_PER_CONN", "NCCL_MESH_SPLIT_MIN", "NCCL_MESH_CHUNK_SIZE",
         "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_GDR_FLUSH_DISABLE",
-        "NCCL_MESH_FORCE_FLUSH"}) {
+        "NCCL_MESH_FORCE_FLUSH", "NCCL_MESH_RELAY", "NCCL_MESH_ROUTES", "NCCL_MESH_RELAY_PORT",
+        "NCCL_MESH_RELAY_MAX_HOPS", "NCCL_MESH_RELAY_CHUNK", "NCCL_MESH_RELAY_DEPTH",
+        "NCCL_MESH_RELAY_MEM"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 20u);
+  EXPECT_EQ(names.size(), 27u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {
@@ -334,8 +351,10 @@ TEST(Config, ValuesRoundTripThroughDescribe) {
   FakeEnv env{{"NCCL_MESH_SPLIT_MIN", "96K"},
               {"NCCL_MESH_CHUNK_SIZE", "1048576"},
               {"NCCL_MESH_PORT_RANGE", "1000-2000"},
-              {"NCCL_MESH_DEVICES", "port"}};
+              {"NCCL_MESH_DEVICES", "port"},
+              {"NCCL_MESH_ROUTES", " 198.18.2.0/24 = 198.18.0.2; 10.0.0.0/8=198.18.1.2"}};
   Config first = load(env, nullptr);
+  EXPECT_EQ(first.staticRoutes.size(), 2u);
   std::map<std::string, std::string> printed;
   for (const std::string& line : describeConfig(first)) {
     size_t eq = line.find('=');
@@ -350,6 +369,68 @@ TEST(Config, ValuesRoundTripThroughDescribe) {
       &warnings);
   EXPECT_TRUE(warnings.empty()) << warnings[0];
   EXPECT_EQ(describeConfig(second), describeConfig(first));
+}
+
+// --- relay (issue 15): validated now, not active yet ----------------------------------------
+
+TEST(Config, RelayDefaultsToOffAndAutoIsRefusedUntilTheRelayExists) {
+  Config d;
+  EXPECT_EQ(d.relay, RelayMode::Off);
+  EXPECT_EQ(describe(d, "NCCL_MESH_RELAY"), "off");
+  EXPECT_TRUE(d.staticRoutes.empty());
+  EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_CHUNK"), "512K");
+  EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_MEM"), "1G");
+  Config c;
+  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "auto", &c),
+            "NCCL_MESH_RELAY='auto' is not valid (accepted: off): relaying is not available in this "
+            "build yet; pairs without a shared cable still fail with the routing error; using off");
+  EXPECT_EQ(c.relay, RelayMode::Off);
+  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "on", &c),
+            "NCCL_MESH_RELAY='on' is not valid (accepted: off); using off");
+  EXPECT_EQ(c.relay, RelayMode::Off);
+  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "Off", &c), "");
+}
+
+TEST(Config, BadStaticRoutesNameTheEntryAndKeepNone) {
+  Config c;
+  EXPECT_EQ(warningFor("NCCL_MESH_ROUTES", "198.18.2.0/24=198.18.0.2,198.18.3.5/24=198.18.1.2", &c),
+            "NCCL_MESH_ROUTES='198.18.2.0/24=198.18.0.2,198.18.3.5/24=198.18.1.2' is not valid "
+            "(accepted: DEST/LEN=NEXTHOP entries separated by ',' or ';'): NCCL_MESH_ROUTES entry 2 "
+            "'198.18.3.5/24=198.18.1.2': the destination 198.18.3.5/24 has host bits set; did you "
+            "mean 198.18.3.0/24?; using the default (empty)");
+  EXPECT_TRUE(c.staticRoutes.empty());
+}
+
+TEST(Config, RelayRangesAreChecked) {
+  for (auto [name, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"NCCL_MESH_RELAY_PORT", "0"},
+           {"NCCL_MESH_RELAY_PORT", "65536"},
+           {"NCCL_MESH_RELAY_MAX_HOPS", "0"},
+           {"NCCL_MESH_RELAY_MAX_HOPS", "16"},
+           {"NCCL_MESH_RELAY_CHUNK", "1K"},
+           {"NCCL_MESH_RELAY_CHUNK", "65M"},
+           {"NCCL_MESH_RELAY_DEPTH", "1"},
+           {"NCCL_MESH_RELAY_DEPTH", "65"},
+           {"NCCL_MESH_RELAY_MEM", "512K"}}) {
+    Config c;
+    std::string w = warningFor(name, bad, &c);
+    EXPECT_EQ(w.rfind(name + "='" + bad + "' is not valid", 0), 0u) << w;
+    EXPECT_EQ(describeConfig(c), describeConfig(Config{})) << name << "=" << bad;
+  }
+  EXPECT_EQ(warningFor("NCCL_MESH_RELAY_MAX_HOPS", "99"),
+            "NCCL_MESH_RELAY_MAX_HOPS='99' is not valid (accepted: an integer 1..15); using 2");
+}
+
+TEST(Config, RelayMemorySmallerThanOneStagingRingWarnsNamingAllThree) {
+  FakeEnv env{{"NCCL_MESH_RELAY_CHUNK", "4M"}, {"NCCL_MESH_RELAY_DEPTH", "64"}, {"NCCL_MESH_RELAY_MEM", "128M"}};
+  std::vector<std::string> warnings;
+  Config c = load(env, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "NCCL_MESH_RELAY_MEM=128M is smaller than one relayed connection's staging ring "
+            "(NCCL_MESH_RELAY_CHUNK x NCCL_MESH_RELAY_DEPTH = 256M): every relayed connection "
+            "would be refused; raise NCCL_MESH_RELAY_MEM or lower the other two");
+  EXPECT_EQ(c.relayMem, 128u << 20) << "the values stay as set";
 }
 
 TEST(Config, NullLookupGivesDefaults) {
