@@ -37,10 +37,10 @@ std::string describePort(const LocalNic& nic) {
 
 // --- NCCL_MESH_ROUTES -------------------------------------------------------------------
 
-const char* const kRoutesExample = "e.g. NCCL_MESH_ROUTES=198.18.2.0/24=198.18.0.2";
+const char* const kRoutesExample = "e.g. 198.18.2.0/24=198.18.0.2";
 
 bool parseEntry(const std::string& entry, size_t number, StaticRoute* out, std::string* error) {
-  std::string where = "NCCL_MESH_ROUTES entry " + std::to_string(number) + " '" + entry + "': ";
+  std::string where = "entry " + std::to_string(number) + " '" + entry + "': ";
   size_t eq = entry.find('=');
   if (eq == std::string::npos) {
     *error = where + "no '='; write DEST/LEN=NEXTHOP, " + kRoutesExample;
@@ -89,13 +89,13 @@ bool parseStaticRoutes(const std::string& text, std::vector<StaticRoute>* out, s
     }
   }
   if (entries.size() > kStaticRoutesMax) {
-    *error = "NCCL_MESH_ROUTES has " + std::to_string(entries.size()) + " entries; at most " +
+    *error = std::to_string(entries.size()) + " entries; at most " +
              std::to_string(kStaticRoutesMax);
     return false;
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].empty()) {
-      *error = "NCCL_MESH_ROUTES entry " + std::to_string(i + 1) +
+      *error = "entry " + std::to_string(i + 1) +
                " is empty (two separators in a row, or one at an end); " + kRoutesExample;
       return false;
     }
@@ -103,8 +103,8 @@ bool parseStaticRoutes(const std::string& text, std::vector<StaticRoute>* out, s
     if (!parseEntry(entries[i], i + 1, &r, error)) return false;
     for (size_t j = 0; j < routes.size(); ++j) {
       if (routes[j].dest == r.dest) {
-        *error = "NCCL_MESH_ROUTES names the destination " + formatPrefix(r.dest) +
-                 " twice (entries " + std::to_string(j + 1) + " and " + std::to_string(i + 1) +
+        *error = "the destination " + formatPrefix(r.dest) +
+                 " appears twice (entries " + std::to_string(j + 1) + " and " + std::to_string(i + 1) +
                  "); keep one";
         return false;
       }

@@ -78,7 +78,8 @@ struct StaticRoute {
 
 // NCCL_MESH_ROUTES syntax: entries separated by ',' or ';', each DEST/LEN=NEXTHOP, spaces
 // around tokens ignored, e.g. "198.18.2.0/24=198.18.0.2, 198.18.3.0/24=198.18.1.2".
-// Empty text = no static routes. Rejects, with *error naming the entry and the fix: an
+// Empty text = no static routes. Rejects, with *error naming the entry and the fix (not the
+// variable: callers name it): an
 // empty entry, no '=', a destination without /LEN or with host bits set, a next hop with a
 // prefix, a bad address, a destination given twice, more
 // than kStaticRoutesMax entries. On failure *out is left unchanged.

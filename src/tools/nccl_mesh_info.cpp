@@ -5,7 +5,8 @@
 // routing picks to reach it. Exit status: 0 all good, 1 no usable port, 2 a peer has no
 // route, 64 bad command line.
 // --probe PEER / --serve test the cables to another node end to end (src/probe.cpp), with
-// the exit statuses of mesh/probe.h.
+// the exit statuses of mesh/probe.h. --routes adds the relay's route table (routes.h) as
+// this node alone can compute it: its own links and NCCL_MESH_ROUTES.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "mesh/plugin.h"
 #include "mesh/probe.h"
 #include "mesh/probe_plan.h"
+#include "mesh/routes.h"
 #include "mesh/subnet_routing.h"
 #include "mesh/version.h"
 
@@ -33,7 +35,7 @@ constexpr int kExitNoRoute = 2;
 constexpr int kExitUsage = 64;  // EX_USAGE
 
 const char kUsage[] =
-    "usage: nccl-mesh-info [-v] [--json] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
+    "usage: nccl-mesh-info [-v] [--json] [--routes] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
     "       nccl-mesh-info --probe PEER[:PORT] [--timeout S] [-v]\n"
     "       nccl-mesh-info --serve [--port PORT] [--bind ADDR] [--once [--timeout S]] [-v]\n"
     "       nccl-mesh-info --settings | --version | --help\n"
@@ -60,6 +62,10 @@ const char kUsage[] =
     "                default every interface); runs until killed, or one probe with --once\n"
     "  --timeout S   --probe: seconds per cable and to reach PEER (10); --serve --once: how\n"
     "                long to wait for a prober (0 = for ever)\n"
+    "  --routes      also print the relay's route table (not yet active: NCCL_MESH_RELAY is\n"
+    "                off) from this node's links and NCCL_MESH_ROUTES, and for each --peer\n"
+    "                without a cable the neighbour a relay would go through. Routes learned\n"
+    "                from neighbours appear once the relay service exchanges HELLOs\n"
     "  --json        machine-readable output on stdout\n"
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
     "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
@@ -93,6 +99,7 @@ struct Options {
   bool json = false;
   bool settings = false;
   bool version = false;
+  bool routes = false;
   std::string probe;  // --probe PEER
   bool serve = false;
   bool once = false;
@@ -145,6 +152,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->json = true;
     } else if (arg == "--settings") {
       opt->settings = true;
+    } else if (arg == "--routes") {
+      opt->routes = true;
     } else if (arg == "--version") {
       opt->version = true;
     } else if (arg == "--serve") {
@@ -241,13 +250,26 @@ std::vector<mesh::HandleAddress> peerAddresses(const PeerSpec& spec,
 struct PeerRoutes {
   const PeerSpec* spec;
   mesh::RouteResult result;
+  mesh::NextHopResult relay;  // --routes, when result has no route
 };
 
-std::vector<PeerRoutes> routeAll(const Options& opt, const mesh::Discovery& d) {
-  std::vector<mesh::LocalNic> nics = localNics(d);
+// The relay's table as this node alone computes it (no HELLOs heard): its links and its
+// static routes. The node id does not matter for a table nobody else sees.
+mesh::RouteTable relayTable(const mesh::Plugin& plugin) {
+  mesh::RouteSettings settings;
+  settings.maxHops = plugin.config().relayMaxHops;
+  return mesh::RouteTable(0, localNics(plugin.discovery()), settings, plugin.config().staticRoutes);
+}
+
+std::vector<PeerRoutes> routeAll(const Options& opt, const mesh::Plugin& plugin) {
+  std::vector<mesh::LocalNic> nics = localNics(plugin.discovery());
+  mesh::RouteTable table = relayTable(plugin);
   std::vector<PeerRoutes> out;
   for (const PeerSpec& spec : opt.peers) {
-    out.push_back({&spec, mesh::routeToPeer(nics, peerAddresses(spec, nics))});
+    std::vector<mesh::HandleAddress> peer = peerAddresses(spec, nics);
+    PeerRoutes pr{&spec, mesh::routeToPeer(nics, peer), {}};
+    if (opt.routes && !pr.result.ok()) pr.relay = table.nextHops(peer);
+    out.push_back(pr);
   }
   return out;
 }
@@ -355,18 +377,36 @@ std::string routeText(const mesh::Route& r, const mesh::Discovery& d) {
          mesh::formatPrefix(r.local) + " (GID index " + std::to_string(r.gidIndex) + ")";
 }
 
+std::string relayWayText(const mesh::NextHop& h) {
+  return "via " + mesh::formatIpv4(h.route.nextHopAddr) + " (" + mesh::routeSourceName(h.route.source) +
+         ", " + std::to_string(h.route.hops) + " relay hop" + (h.route.hops == 1 ? "" : "s") +
+         ") to " + mesh::formatIpv4(h.peerAddr);
+}
+
 void printRoutes(const std::vector<PeerRoutes>& routes, const mesh::Discovery& d) {
   if (routes.empty()) return;
   printf("\nRoutes to peers:\n");
   for (const PeerRoutes& pr : routes) {
     if (!pr.result.ok()) {
       printf("  peer %s: NO ROUTE: %s\n", pr.spec->text.c_str(), pr.result.error.c_str());
+      for (const mesh::NextHop& h : pr.relay.hops) {
+        printf("    a relay (not yet active) would go %s\n", relayWayText(h).c_str());
+      }
       continue;
     }
     size_t n = pr.result.routes.size();
     printf("  peer %s: %zu link%s\n", pr.spec->text.c_str(), n, n == 1 ? "" : "s");
     for (const mesh::Route& r : pr.result.routes) printf("    %s\n", routeText(r, d).c_str());
   }
+}
+
+void printRelayTable(const mesh::Plugin& plugin) {
+  mesh::RouteTable table = relayTable(plugin);
+  printf("\nRelay routes (not yet active: NCCL_MESH_RELAY=off; this node's links and\n"
+         "NCCL_MESH_ROUTES only, no neighbour heard), max %d relay hop(s): %zu\n",
+         plugin.config().relayMaxHops, table.routes().size());
+  for (const std::string& line : table.describe()) printf("  %s\n", line.c_str());
+  for (const std::string& problem : table.staticProblems()) printf("  %s\n", problem.c_str());
 }
 
 // One line saying why no port is usable, for --json (the text output has printNoPortHint).
@@ -449,9 +489,11 @@ std::string jsonPeer(const PeerRoutes& pr, const mesh::Discovery& d) {
              ", \"local\": " + jsonString(mesh::formatPrefix(r.local)) +
              ", \"gid_index\": " + std::to_string(r.gidIndex) + "}";
   }
+  std::string relay;
+  for (const mesh::NextHop& h : pr.relay.hops) relay += (relay.empty() ? "" : ", ") + jsonString(relayWayText(h));
   return "{\"peer\": " + jsonString(pr.spec->text) + ", \"ok\": " +
          (pr.result.ok() ? "true" : "false") + ", \"links\": [" + links + "]" +
-         ", \"error\": " + jsonString(pr.result.error) + "}";
+         ", \"error\": " + jsonString(pr.result.error) + ", \"relay_ways\": [" + relay + "]}";
 }
 
 template <typename T, typename Fn>
@@ -461,7 +503,7 @@ std::string jsonList(const std::vector<T>& items, Fn&& fn) {
   return "[" + out + (items.empty() ? "]" : "\n  ]");
 }
 
-void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes) {
+void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes, bool withRelay) {
   const mesh::Discovery& d = plugin.discovery();
   std::vector<mesh::NetDevice> devices;
   for (int i = 0; i < plugin.deviceCount(); ++i) {
@@ -474,6 +516,11 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
   printf("  \"ports\": %s,\n", jsonList(d.ports, jsonPort).c_str());
   printf("  \"devices\": %s,\n",
          jsonList(devices, [&](const mesh::NetDevice& n) { return jsonDevice(n, d); }).c_str());
+  if (withRelay) {
+    mesh::RouteTable table = relayTable(plugin);
+    printf("  \"relay_routes\": %s,\n", jsonList(table.describe(), jsonString).c_str());
+    printf("  \"relay_problems\": %s,\n", jsonList(table.staticProblems(), jsonString).c_str());
+  }
   printf("  \"peers\": %s\n}\n",
          jsonList(routes, [&](const PeerRoutes& pr) { return jsonPeer(pr, d); }).c_str());
 }
@@ -494,12 +541,13 @@ int report(const Options& opt) {
     fprintf(stderr, "nccl-mesh-info: the plugin failed to initialize (see the messages above)\n");
     return kExitNoPort;
   }
-  std::vector<PeerRoutes> routes = routeAll(opt, plugin.discovery());
+  std::vector<PeerRoutes> routes = routeAll(opt, plugin);
   if (opt.json) {
-    printJson(plugin, routes);
+    printJson(plugin, routes, opt.routes);
   } else {
     printPorts(plugin.discovery());
     printDevices(plugin);
+    if (opt.routes) printRelayTable(plugin);
     printRoutes(routes, plugin.discovery());
     if (plugin.discovery().ports.empty()) printNoPortHint(plugin);
   }

@@ -4,7 +4,8 @@
 # --version on both tools; --settings, --probe, --serve in nccl-mesh-info's usage; --probe and
 # --serve without a port, and their command-line errors; the JSON names a reason
 # when no port is usable; a malformed NCCL_MESH_HCA entry is reported once, with the
-# variable named once.
+# variable named once; --routes names an unusable static route, and a malformed
+# NCCL_MESH_ROUTES is one WARN naming its entry.
 foreach(var INFO PERF VERSION)
   if(NOT ${var})
     message(FATAL_ERROR "${var} not set")
@@ -47,6 +48,16 @@ check("--probe without a value" 64 "--probe needs a value" ${INFO} --probe)
 check("JSON gives the reason for 0 ports" 1
       "\"reason\": \"libibverbs \\(/nonexistent/libibverbs.so.1\\) could not be loaded[^\n]*\n  \"ports\": \\[\\]"
       ${INFO} --json)
+set(ENV{NCCL_MESH_ROUTES} "198.18.2.0/24=198.18.0.2")
+check("--routes without a port: the static route is ignored, and why" 1
+      "Relay routes \\(not yet active[^\n]*\n[^\n]*: 0\n  NCCL_MESH_ROUTES 198\\.18\\.2\\.0/24=198\\.18\\.0\\.2: the next hop is on none of this node's links \\(no ports\\); ignored"
+      ${INFO} --routes)
+set(ENV{NCCL_MESH_ROUTES} "198.18.2.5/24=198.18.0.2")
+check("a malformed NCCL_MESH_ROUTES: one WARN naming the entry, the variable named once" 1
+      "WARN NET/Mesh : NCCL_MESH_ROUTES='198\\.18\\.2\\.5/24=198\\.18\\.0\\.2' is not valid [^\n]*: entry 1 [^\n]*did you mean 198\\.18\\.2\\.0/24\\?; using the default \\(empty\\)"
+      NOT "NCCL_MESH_ROUTES[^\n]*NCCL_MESH_ROUTES"
+      ${INFO} --routes)
+unset(ENV{NCCL_MESH_ROUTES})
 unset(ENV{NCCL_MESH_IBVERBS_LIB})
 
 set(ENV{NCCL_MESH_HCA} "mlx5_0:x")

@@ -395,7 +395,7 @@ TEST(Config, BadStaticRoutesNameTheEntryAndKeepNone) {
   Config c;
   EXPECT_EQ(warningFor("NCCL_MESH_ROUTES", "198.18.2.0/24=198.18.0.2,198.18.3.5/24=198.18.1.2", &c),
             "NCCL_MESH_ROUTES='198.18.2.0/24=198.18.0.2,198.18.3.5/24=198.18.1.2' is not valid "
-            "(accepted: DEST/LEN=NEXTHOP entries separated by ',' or ';'): NCCL_MESH_ROUTES entry 2 "
+            "(accepted: DEST/LEN=NEXTHOP entries separated by ',' or ';'): entry 2 "
             "'198.18.3.5/24=198.18.1.2': the destination 198.18.3.5/24 has host bits set; did you "
             "mean 198.18.3.0/24?; using the default (empty)");
   EXPECT_TRUE(c.staticRoutes.empty());
