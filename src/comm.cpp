@@ -106,12 +106,7 @@ void Comm::describe(HsMessage* local) const {
   local->links.clear();
   local->qps.clear();
   for (const Link& l : links_) {
-    HsLink hl;
-    hl.senderAddr = l.route.local.addr;
-    hl.receiverAddr = l.route.peerAddr;
-    hl.senderNic = static_cast<uint8_t>(l.route.localNic);
-    hl.receiverNic = l.route.peerNic;
-    hl.prefixLen = l.route.prefixLen;
+    HsLink hl = linkForRoute(l.route);
     hl.ctrlAddr = ctrlAddr;
     hl.ctrlRkey = devs_[l.devSlot].ctrlMr->rkey;
     local->links.push_back(hl);

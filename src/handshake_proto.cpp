@@ -11,13 +11,8 @@ namespace mesh {
 
 namespace {
 
-// Header offsets.
-constexpr size_t kOffMagic = 0;
-constexpr size_t kOffVersion = 4;
-constexpr size_t kOffType = 6;
-constexpr size_t kOffLength = 8;
-constexpr size_t kOffReserved = 12;
-constexpr size_t kOffToken = 16;
+// Header: the common MessageHeader (wire.h), then the token.
+constexpr size_t kOffToken = kMessageHeaderSize;
 static_assert(kOffToken + 8 == kHsHeaderSize, "header fields must tile the header");
 
 // HELLO/ACCEPT body prefix offsets (relative to the end of the header).
@@ -102,20 +97,18 @@ size_t qpMessageSize(size_t links, size_t qpsPerLink) {
 // Per-type length limits are checked here too, so the reader never buffers more than the
 // announced type can legitimately need.
 bool checkHeader(const uint8_t* in, HsType* type, uint32_t* length, std::string* error) {
-  uint32_t magic = static_cast<uint32_t>(getLe(in + kOffMagic, 4));
-  if (magic != kHsMagic) {
-    return fail(error, "bad magic " + hex(magic, 8) + ", not an nccl-mesh peer (expected " +
+  MessageHeader h = getMessageHeader(in);
+  if (h.magic != kHsMagic) {
+    return fail(error, "bad magic " + hex(h.magic, 8) + ", not an nccl-mesh peer (expected " +
                            hex(kHsMagic, 8) + ")");
   }
-  uint16_t version = static_cast<uint16_t>(getLe(in + kOffVersion, 2));
-  if (version != kHsVersion) {
-    return fail(error, "peer speaks protocol version " + str(version) + ", this build speaks " +
+  if (h.version != kHsVersion) {
+    return fail(error, "peer speaks protocol version " + str(h.version) + ", this build speaks " +
                            str(kHsVersion) + "; run the same nccl-mesh version on every node");
   }
-  uint16_t rawType = static_cast<uint16_t>(getLe(in + kOffType, 2));
-  if (!knownType(rawType)) return fail(error, "unknown message type " + str(rawType));
-  *type = static_cast<HsType>(rawType);
-  *length = static_cast<uint32_t>(getLe(in + kOffLength, 4));
+  if (!knownType(h.type)) return fail(error, "unknown message type " + str(h.type));
+  *type = static_cast<HsType>(h.type);
+  *length = h.length;
   if (*length < kHsHeaderSize) {
     return fail(error, "length " + str(*length) + " is shorter than the " + str(kHsHeaderSize) +
                            "-byte header");
@@ -123,9 +116,8 @@ bool checkHeader(const uint8_t* in, HsType* type, uint32_t* length, std::string*
   if (*length > kHsMaxMessage) {
     return fail(error, "length " + str(*length) + " exceeds " + str(kHsMaxMessage));
   }
-  uint32_t reserved = static_cast<uint32_t>(getLe(in + kOffReserved, 4));
-  if (reserved != 0) {
-    return fail(error, "reserved header field is " + hex(reserved, 1) + ", must be 0");
+  if (h.reserved != 0) {
+    return fail(error, "reserved header field is " + hex(h.reserved, 1) + ", must be 0");
   }
   if (*type == HsType::Ready && *length != kHsHeaderSize) {
     return fail(error, "READY carries " + str(*length - kHsHeaderSize) +
@@ -313,10 +305,12 @@ bool encodeHandshake(const HsMessage& msg, std::vector<uint8_t>* out, std::strin
   }
   out->assign(length, 0);
   uint8_t* p = out->data();
-  putLe(p + kOffMagic, kHsMagic, 4);
-  putLe(p + kOffVersion, kHsVersion, 2);
-  putLe(p + kOffType, static_cast<uint16_t>(msg.type), 2);
-  putLe(p + kOffLength, length, 4);
+  MessageHeader h;
+  h.magic = kHsMagic;
+  h.version = kHsVersion;
+  h.type = static_cast<uint16_t>(msg.type);
+  h.length = static_cast<uint32_t>(length);
+  putMessageHeader(p, h);
   putLe(p + kOffToken, msg.token, 8);
   p += kHsHeaderSize;
   if (msg.type == HsType::Reject) {

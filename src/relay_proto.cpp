@@ -15,13 +15,8 @@ namespace mesh {
 
 namespace {
 
-// Header offsets.
-constexpr size_t kOffMagic = 0;
-constexpr size_t kOffVersion = 4;
-constexpr size_t kOffType = 6;
-constexpr size_t kOffLength = 8;
-constexpr size_t kOffReserved = 12;
-static_assert(kOffReserved + 4 == kRelayHeaderSize, "header fields must tile the header");
+// The header is the common MessageHeader (wire.h) and nothing else.
+static_assert(kMessageHeaderSize == kRelayHeaderSize, "the relay header is the common header");
 
 // HELLO body offsets (relative to the end of the header).
 constexpr size_t kHelloNode = 0;
@@ -76,34 +71,33 @@ size_t maxLength(RelayType type) {
 }
 
 bool checkHeader(const uint8_t* in, RelayType* type, uint32_t* length, std::string* error) {
-  uint32_t magic = static_cast<uint32_t>(getLe(in + kOffMagic, 4));
-  if (magic != kRelayMagic) return fail(error, "bad magic " + str(magic) + ", not an nccl-mesh relay message");
-  uint16_t version = static_cast<uint16_t>(getLe(in + kOffVersion, 2));
-  if (version != kRelayVersion) {
-    return fail(error, "peer speaks relay protocol version " + str(version) + ", this build speaks " +
+  MessageHeader h = getMessageHeader(in);
+  if (h.magic != kRelayMagic) return fail(error, "bad magic " + str(h.magic) + ", not an nccl-mesh relay message");
+  if (h.version != kRelayVersion) {
+    return fail(error, "peer speaks relay protocol version " + str(h.version) + ", this build speaks " +
                            str(kRelayVersion) + "; run the same nccl-mesh version on every node");
   }
-  uint16_t raw = static_cast<uint16_t>(getLe(in + kOffType, 2));
-  if (raw < static_cast<uint16_t>(RelayType::Hello) || raw > static_cast<uint16_t>(RelayType::OpenReply)) {
-    return fail(error, "unknown message type " + str(raw));
+  if (h.type < static_cast<uint16_t>(RelayType::Hello) || h.type > static_cast<uint16_t>(RelayType::OpenReply)) {
+    return fail(error, "unknown message type " + str(h.type));
   }
-  *type = static_cast<RelayType>(raw);
-  *length = static_cast<uint32_t>(getLe(in + kOffLength, 4));
+  *type = static_cast<RelayType>(h.type);
+  *length = h.length;
   if (*length < kRelayHeaderSize) return fail(error, "length " + str(*length) + " is shorter than the header");
   if (*length > maxLength(*type)) {
     return fail(error, std::string(typeName(*type)) + " length " + str(*length) + " exceeds " +
                            str(maxLength(*type)));
   }
-  if (getLe(in + kOffReserved, 4) != 0) return fail(error, "reserved header field must be 0");
+  if (h.reserved != 0) return fail(error, "reserved header field must be 0");
   return true;
 }
 
 void putHeader(std::vector<uint8_t>* out, RelayType type) {
-  uint8_t* p = out->data();
-  putLe(p + kOffMagic, kRelayMagic, 4);
-  putLe(p + kOffVersion, kRelayVersion, 2);
-  putLe(p + kOffType, static_cast<uint16_t>(type), 2);
-  putLe(p + kOffLength, out->size(), 4);
+  MessageHeader h;
+  h.magic = kRelayMagic;
+  h.version = kRelayVersion;
+  h.type = static_cast<uint16_t>(type);
+  h.length = static_cast<uint32_t>(out->size());
+  putMessageHeader(out->data(), h);
 }
 
 bool isNetwork(const Ipv4Prefix& p) { return p.prefixLen <= kMaxPrefixLen && (p.addr & ~prefixMask(p.prefixLen)) == 0; }

@@ -234,30 +234,26 @@ void RouteTable::portUp(int localPort) {
 }
 
 void RouteTable::portDown(int localPort) {
-  bool changed = port(localPort) != nullptr && downPorts_.insert(localPort).second;
-  for (auto it = neighbours_.begin(); it != neighbours_.end();) {
-    if (it->first.first == localPort) {
-      it = neighbours_.erase(it);
-      changed = true;
-    } else {
-      ++it;
-    }
-  }
-  if (changed) recompute();
+  bool down = port(localPort) != nullptr && downPorts_.insert(localPort).second;
+  bool dropped = dropNeighbours([localPort](int p, const Neighbour&) { return p == localPort; });
+  if (down || dropped) recompute();
 }
 
 bool RouteTable::expire(uint64_t nowMs) {
-  bool changed = false;
-  for (auto it = neighbours_.begin(); it != neighbours_.end();) {
-    if (nowMs > it->second.heardMs && nowMs - it->second.heardMs > settings_.holdMs) {
-      it = neighbours_.erase(it);
-      changed = true;
-    } else {
-      ++it;
-    }
-  }
+  uint64_t holdMs = settings_.holdMs;
+  bool changed = dropNeighbours([nowMs, holdMs](int, const Neighbour& n) {
+    return nowMs > n.heardMs && nowMs - n.heardMs > holdMs;
+  });
   if (changed) recompute();
   return changed;
+}
+
+bool RouteTable::dropNeighbours(const std::function<bool(int port, const Neighbour& n)>& gone) {
+  size_t before = neighbours_.size();
+  for (auto it = neighbours_.begin(); it != neighbours_.end();) {
+    it = gone(it->first.first, it->second) ? neighbours_.erase(it) : std::next(it);
+  }
+  return neighbours_.size() != before;
 }
 
 void RouteTable::recompute() {

@@ -117,6 +117,16 @@ RouteResult connectRoutes(const std::vector<LocalNic>& nics, const std::vector<H
   return result;
 }
 
+HsLink linkForRoute(const Route& route) {
+  HsLink l;
+  l.senderAddr = route.local.addr;
+  l.receiverAddr = route.peerAddr;
+  l.senderNic = static_cast<uint8_t>(route.localNic);
+  l.receiverNic = route.peerNic;
+  l.prefixLen = route.prefixLen;
+  return l;
+}
+
 RouteResult acceptRoutes(const std::vector<LocalNic>& nics, const std::vector<HsLink>& links) {
   RouteResult result;
   for (const HsLink& link : links) {

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -161,6 +162,8 @@ class RouteTable {
     int localPort = -1;
   };
   void resolveStatics(const std::vector<StaticRoute>& statics);
+  // Erases the neighbours `gone` picks; returns whether it erased any (no recompute).
+  bool dropNeighbours(const std::function<bool(int port, const Neighbour& n)>& gone);
   void recompute();
   const LocalNic* port(int index) const;
 

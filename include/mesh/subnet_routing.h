@@ -66,6 +66,11 @@ RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<Han
 RouteResult connectRoutes(const std::vector<LocalNic>& nics, const std::vector<HandleAddress>& peer,
                           size_t maxLinks);
 
+// What a HELLO or ACCEPT says about one of its author's routes: the author's ("sender")
+// and the recipient's ("receiver") address and NIC on the link, and the prefix length.
+// acceptRoutes reads these back on the other end. Control-region fields stay zero.
+HsLink linkForRoute(const Route& route);
+
 // Accept side: maps each link of a connector's HELLO onto our NIC and address, in the
 // HELLO's order (the data path pairs routes by index on both ends). A HELLO names our NIC
 // index and address; we do not take its word for it: the NIC must hold that address and

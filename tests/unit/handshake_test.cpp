@@ -63,13 +63,7 @@ class FakeTransport : public Transport {
     c->qpn = nextQpn++;
     local->qpsPerLink = 1;
     for (const Route& r : routes) {
-      HsLink l;
-      l.senderAddr = r.local.addr;
-      l.receiverAddr = r.peerAddr;
-      l.senderNic = static_cast<uint8_t>(r.localNic);
-      l.receiverNic = r.peerNic;
-      l.prefixLen = r.prefixLen;
-      local->links.push_back(l);
+      local->links.push_back(linkForRoute(r));
       HsQp q;
       q.qpn = c->qpn;
       q.mtu = 5;

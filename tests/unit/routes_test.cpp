@@ -1,5 +1,7 @@
 #include "mesh/routes.h"
 
+#include "lab_topology.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,20 +12,11 @@
 namespace mesh {
 namespace {
 
-// A simulated mesh: link L joins nodes a and b on 198.18.L.0/24, node a is .(a+1) and node
-// b .(b+1); a node's ports are its links in link order. HELLOs are delivered in rounds,
-// every live link both ways, until no table changes.
-struct Link {
-  int id;
-  int a;
-  int b;
-};
-
-uint32_t linkAddr(int link, int node) {
-  return 0xC6120000u | static_cast<uint32_t>(link) << 8 | static_cast<uint32_t>(node + 1);
-}
-
-Ipv4Prefix linkSubnet(int link) { return Ipv4Prefix{0xC6120000u | static_cast<uint32_t>(link) << 8, 24}; }
+// A simulated mesh in the lab's addressing (lab_topology.h). HELLOs are delivered in
+// rounds, every live link both ways, until no table changes.
+using lab::Link;
+using lab::linkAddr;
+using lab::linkSubnet;
 
 // Node ids are deliberately not in node order, so tie-breaks by id and by index differ.
 NodeId nodeId(int node) { return 0x1000 + static_cast<NodeId>((node * 7) % 11); }
@@ -37,28 +30,8 @@ class Mesh {
     for (int n = 0; n < nodes; ++n) tables_.emplace_back(nodeId(n), ports(n), settings, statics[n]);
   }
 
-  std::vector<LocalNic> ports(int node) const {
-    std::vector<LocalNic> out;
-    for (const Link& l : links_) {
-      if (l.a != node && l.b != node) continue;
-      LocalNic nic;
-      nic.index = static_cast<int>(out.size());
-      nic.label = "p" + std::to_string(l.id);
-      nic.addrs.push_back({{linkAddr(l.id, node), 24}, 1});
-      out.push_back(nic);
-    }
-    return out;
-  }
-
-  int portOf(int node, int linkId) const {
-    int index = 0;
-    for (const Link& l : links_) {
-      if (l.a != node && l.b != node) continue;
-      if (l.id == linkId) return index;
-      ++index;
-    }
-    return -1;
-  }
+  std::vector<LocalNic> ports(int node) const { return lab::nodeNics(links_, node); }
+  int portOf(int node, int linkId) const { return lab::nicOnLink(links_, node, linkId); }
 
   // One round: every node sends its HELLO on every live port (all computed before any is
   // delivered). Returns whether any table changed.
@@ -121,13 +94,7 @@ class Mesh {
 
   RouteTable& table(int node) { return tables_[node]; }
   const std::vector<Link>& links() const { return links_; }
-  std::vector<HandleAddress> handle(int node) const {
-    std::vector<HandleAddress> out;
-    for (const LocalNic& nic : ports(node)) {
-      out.push_back({nic.addrs[0].ip.addr, 24, static_cast<uint8_t>(nic.index)});
-    }
-    return out;
-  }
+  std::vector<HandleAddress> handle(int node) const { return lab::nodeHandle(links_, node); }
 
  private:
   std::vector<Link> links_;
@@ -388,7 +355,7 @@ TEST(Routes, ANeighbourComesFromAHelloOnTheLinkNeverFromAnAddressAlone) {
   h.routes = {{linkSubnet(1), 0}};
   std::string why;
   EXPECT_FALSE(t.onHello(0, h, 0, &why));
-  EXPECT_NE(why.find("none of its addresses (198.18.5.2/24) shares a subnet with p0 198.18.0.1/24"),
+  EXPECT_NE(why.find("none of its addresses (198.18.5.2/24) shares a subnet with rxe_l0:1 198.18.0.1/24"),
             std::string::npos)
       << why;
   h.addrs = {{0xC6120102u, 16}};  // its /16 holds our address, our /24 not its: one end only
@@ -454,7 +421,7 @@ TEST(Routes, StaticRoutesWorkWithoutHellosAndRefuseWhatCannotBeUsed) {
             "links; ignored");
   EXPECT_EQ(t.staticProblems()[1],
             "NCCL_MESH_ROUTES 198.18.3.0/24=198.18.7.1: the next hop is on none of this node's "
-            "links (p0 198.18.0.1/24); ignored");
+            "links (rxe_l0:1 198.18.0.1/24); ignored");
   EXPECT_EQ(t.staticProblems()[2],
             "NCCL_MESH_ROUTES 198.18.4.0/24=198.18.0.1: the next hop is this node's own address; ignored");
   NextHopResult r = t.nextHops({{linkAddr(1, 2), 24, 0}});
@@ -464,8 +431,8 @@ TEST(Routes, StaticRoutesWorkWithoutHellosAndRefuseWhatCannotBeUsed) {
   EXPECT_EQ(r.hops[0].route.localPort, 0);
   std::vector<std::string> lines = t.describe();
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], "198.18.0.0/24 attached hops 0 on p0");
-  EXPECT_EQ(lines[1], "198.18.1.0/24 static hops 1 on p0 via 198.18.0.2");
+  EXPECT_EQ(lines[0], "198.18.0.0/24 attached hops 0 on rxe_l0:1");
+  EXPECT_EQ(lines[1], "198.18.1.0/24 static hops 1 on rxe_l0:1 via 198.18.0.2");
 }
 
 TEST(Routes, DescribeNamesTheNextHopNode) {
@@ -473,7 +440,7 @@ TEST(Routes, DescribeNamesTheNextHopNode) {
   mesh.converge();
   std::vector<std::string> lines = mesh.table(0).describe();
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[1], "198.18.1.0/24 learned hops 1 on p0 via 198.18.0.2 (node 0000000000001007)");
+  EXPECT_EQ(lines[1], "198.18.1.0/24 learned hops 1 on rxe_l0:1 via 198.18.0.2 (node 0000000000001007)");
 }
 
 // --- NCCL_MESH_ROUTES -------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "mesh/subnet_routing.h"
 
+#include "lab_topology.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,41 +11,11 @@
 namespace mesh {
 namespace {
 
-// The lab's addressing: link L between nodes i < j is 198.18.L.0/24, node i has
-// .(i+1) and node j has .(j+1). A node's NICs are its links in link order.
-struct Link {
-  int id;
-  int a;
-  int b;
-};
-
-uint32_t linkAddr(const Link& l, int node) {
-  return 0xC6120000u | static_cast<uint32_t>(l.id) << 8 | static_cast<uint32_t>(node + 1);
-}
-
-std::vector<LocalNic> nodeNics(const std::vector<Link>& links, int node) {
-  std::vector<LocalNic> nics;
-  for (const Link& l : links) {
-    if (l.a != node && l.b != node) continue;
-    LocalNic nic;
-    nic.index = static_cast<int>(nics.size());
-    nic.label = "rxe_l" + std::to_string(l.id) + ":1";
-    nic.addrs.push_back({{linkAddr(l, node), 24}, 10 + l.id});
-    nics.push_back(nic);
-  }
-  return nics;
-}
-
-// What `node` puts in its listen handle: every address, tagged with its NIC index.
-std::vector<HandleAddress> nodeHandle(const std::vector<Link>& links, int node) {
-  std::vector<HandleAddress> out;
-  for (const LocalNic& nic : nodeNics(links, node)) {
-    for (const LocalAddress& a : nic.addrs) {
-      out.push_back({a.ip.addr, a.ip.prefixLen, static_cast<uint8_t>(nic.index)});
-    }
-  }
-  return out;
-}
+using lab::Link;
+using lab::linkAddr;
+using lab::nicOnLink;
+using lab::nodeHandle;
+using lab::nodeNics;
 
 LocalNic nic(int index, const std::string& label, std::vector<const char*> prefixes, int gid = 1) {
   LocalNic n;
@@ -64,16 +36,6 @@ HandleAddress peerAddr(const char* prefix, uint8_t nicIndex) {
   return {p.addr, p.prefixLen, nicIndex};
 }
 
-int nicOnLink(const std::vector<Link>& links, int node, int linkId) {
-  int index = 0;
-  for (const Link& l : links) {
-    if (l.a != node && l.b != node) continue;
-    if (l.id == linkId) return index;
-    ++index;
-  }
-  return -1;
-}
-
 const std::vector<Link> kTriangle = {{0, 0, 1}, {1, 0, 2}, {2, 1, 2}};
 const std::vector<Link> kRing = {{0, 0, 1}, {1, 1, 2}, {2, 2, 3}, {3, 0, 3}};
 
@@ -90,8 +52,8 @@ TEST(SubnetRouting, TriangleEveryNodeReachesEveryPeerOverItsOwnCable) {
       const Route& route = r.routes[0];
       EXPECT_EQ(route.localNic, nicOnLink(kTriangle, self, link.id));
       EXPECT_EQ(route.peerNic, nicOnLink(kTriangle, peer, link.id));
-      EXPECT_EQ(route.local, (Ipv4Prefix{linkAddr(link, self), 24}));
-      EXPECT_EQ(route.peerAddr, linkAddr(link, peer));
+      EXPECT_EQ(route.local, (Ipv4Prefix{linkAddr(link.id, self), 24}));
+      EXPECT_EQ(route.peerAddr, linkAddr(link.id, peer));
       EXPECT_EQ(route.prefixLen, 24);
       EXPECT_EQ(route.gidIndex, 10 + link.id);
       EXPECT_TRUE(r.error.empty());
@@ -351,16 +313,25 @@ TEST(ConnectRoutes, NoSharedSubnetKeepsRouteToPeersError) {
 // What a connector puts in its HELLO for its routes ("sender" = the connector).
 std::vector<HsLink> helloLinks(const std::vector<Route>& routes) {
   std::vector<HsLink> links;
-  for (const Route& r : routes) {
-    HsLink l;
-    l.senderAddr = r.local.addr;
-    l.receiverAddr = r.peerAddr;
-    l.senderNic = static_cast<uint8_t>(r.localNic);
-    l.receiverNic = r.peerNic;
-    l.prefixLen = r.prefixLen;
-    links.push_back(l);
-  }
+  for (const Route& r : routes) links.push_back(linkForRoute(r));
   return links;
+}
+
+TEST(AcceptRoutes, LinkForRouteNamesTheAuthorAsSender) {
+  Route r;
+  r.localNic = 2;
+  r.local = {0xC6120101u, 24};
+  r.peerAddr = 0xC6120102u;
+  r.peerNic = 5;
+  r.prefixLen = 24;
+  HsLink l = linkForRoute(r);
+  EXPECT_EQ(l.senderAddr, 0xC6120101u);
+  EXPECT_EQ(l.receiverAddr, 0xC6120102u);
+  EXPECT_EQ(l.senderNic, 2);
+  EXPECT_EQ(l.receiverNic, 5);
+  EXPECT_EQ(l.prefixLen, 24);
+  EXPECT_EQ(l.ctrlAddr, 0u);
+  EXPECT_EQ(l.ctrlRkey, 0u);
 }
 
 TEST(AcceptRoutes, BothEndsAgreeOnEveryCableOfTheTriangleAndRing) {
