@@ -1,4 +1,5 @@
 #include "mesh/routes.h"
+#include "mesh/relay_proto.h"
 
 #include "lab_topology.h"
 
@@ -49,7 +50,8 @@ class Mesh {
       deliveries.push_back({l.a, portOf(l.a, l.id), tables_[l.b].helloFor(portOf(l.b, l.id))});
     }
     bool changed = false;
-    for (const Delivery& d : deliveries) {
+    for (Delivery& d : deliveries) {
+      if (overTheWire_) d.hello = throughTheWire(d.hello);
       std::vector<RelayRoute> before = tables_[d.node].routes();
       std::string why;
       EXPECT_TRUE(tables_[d.node].onHello(d.port, d.hello, now_, &why)) << why;
@@ -57,6 +59,20 @@ class Mesh {
     }
     now_ += 1000;
     return changed;
+  }
+
+  // Every HELLO is encoded and parsed by the relay codec on its way (relay_proto.h).
+  void overTheWire() { overTheWire_ = true; }
+  static NodeHello throughTheWire(const NodeHello& hello) {
+    RelayMessage msg;
+    msg.type = RelayType::Hello;
+    msg.hello = hello;
+    std::vector<uint8_t> bytes;
+    std::string error;
+    EXPECT_TRUE(encodeRelay(msg, &bytes, &error)) << error;
+    RelayMessage parsed;
+    EXPECT_TRUE(parseRelay(bytes.data(), bytes.size(), &parsed, &error)) << error;
+    return parsed.hello;
   }
 
   int converge() {
@@ -101,6 +117,7 @@ class Mesh {
   std::vector<bool> down_;
   std::vector<RouteTable> tables_;
   uint64_t now_ = 0;
+  bool overTheWire_ = false;
 };
 
 std::vector<Link> ring(int n) {
@@ -190,6 +207,51 @@ TEST(Routes, Ring4Ring5Ring6ConvergeToShortestPaths) {
     EXPECT_LE(rounds, n);
     expectShortestPaths(mesh, n, s.maxHops);
   }
+}
+
+TEST(Routes, HellosThroughTheRelayCodecGiveTheSameTables) {
+  for (bool poison : {false, true}) {
+    RouteSettings s;
+    s.maxHops = 4;
+    s.poisonReverse = poison;
+    Mesh direct(6, ring(6), s);
+    direct.converge();
+    Mesh wired(6, ring(6), s);
+    wired.overTheWire();
+    wired.converge();
+    for (int n = 0; n < 6; ++n) {
+      EXPECT_TRUE(Mesh::sameRoutes(wired.table(n).routes(), direct.table(n).routes())) << n;
+    }
+  }
+}
+
+TEST(Routes, AHelloKeepsTheNearestRoutesWhenTheyDoNotAllFit) {
+  // A neighbour on port 0 advertises more subnets than one HELLO carries, at hops 0..3;
+  // what this node sends on port 1 keeps the nearest ones and still encodes.
+  std::vector<Link> links = {{0, 0, 1}, {1, 0, 2}};
+  RouteSettings s;
+  s.maxHops = 5;
+  RouteTable t(nodeId(0), lab::nodeNics(links, 0), s);
+  NodeHello h;
+  h.node = nodeId(1);
+  h.addrs = {{linkAddr(0, 1), 24}};
+  for (uint32_t i = 0; i < 250; ++i) {
+    h.routes.push_back({{0xC6140000u | i << 8, 24}, static_cast<uint8_t>(3 - i % 4)});  // 198.20.i.0/24
+  }
+  std::string why;
+  ASSERT_TRUE(t.onHello(0, h, 0, &why)) << why;
+  ASSERT_EQ(t.routes().size(), 252u);
+  NodeHello out = t.helloFor(1);
+  ASSERT_EQ(out.routes.size(), kHelloMaxRoutes);
+  int farthest = 0;
+  size_t atFour = 0;
+  for (const RouteAdvert& a : out.routes) {
+    farthest = std::max<int>(farthest, a.hops);
+    if (a.hops == 4) ++atFour;
+  }
+  EXPECT_EQ(farthest, 4);
+  EXPECT_EQ(atFour, kHelloMaxRoutes - 2 - 3 * 62u - 1) << "2 attached, 62 or 63 at each of hops 1..3";
+  EXPECT_EQ(Mesh::throughTheWire(out).routes.size(), kHelloMaxRoutes);
 }
 
 TEST(Routes, Line4ReachesBothEndsAndMaxHopsCapsTheTable) {
