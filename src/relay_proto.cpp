@@ -5,6 +5,7 @@
 // Built standalone into the fuzzer: only include/ and handle_codec.cpp, ipv4.cpp.
 #include "mesh/relay_proto.h"
 
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -72,7 +73,11 @@ size_t maxLength(RelayType type) {
 
 bool checkHeader(const uint8_t* in, RelayType* type, uint32_t* length, std::string* error) {
   MessageHeader h = getMessageHeader(in);
-  if (h.magic != kRelayMagic) return fail(error, "bad magic " + str(h.magic) + ", not an nccl-mesh relay message");
+  if (h.magic != kRelayMagic) {
+    char text[16];
+    std::snprintf(text, sizeof(text), "0x%08x", static_cast<unsigned>(h.magic));
+    return fail(error, std::string("bad magic ") + text + ", not an nccl-mesh relay message");
+  }
   if (h.version != kRelayVersion) {
     return fail(error, "peer speaks relay protocol version " + str(h.version) + ", this build speaks " +
                            str(kRelayVersion) + "; run the same nccl-mesh version on every node");

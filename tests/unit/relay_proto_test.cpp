@@ -241,7 +241,7 @@ TEST(RelayProto, HeaderChecksAndFraming) {
   Bytes bad = b;
   bad[0] ^= 1;
   EXPECT_EQ(relayMessageLength(bad.data(), bad.size(), &error), -1);
-  EXPECT_NE(error.find("bad magic"), std::string::npos);
+  EXPECT_EQ(error, "relay: bad magic 0x314c524c, not an nccl-mesh relay message");
   bad = b;
   bad[4] = 2;
   EXPECT_NE(parseError(bad).find("relay protocol version 2, this build speaks 1"), std::string::npos);
