@@ -14,6 +14,7 @@
 #include "mesh/async_events.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/page.h"
 
 namespace mesh {
 
@@ -83,17 +84,14 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
   return ncclSuccess;
 }
 
-// Control memory the NICs read and write. Whole pages, page-aligned: with ibv_fork_init
-// rdma-core marks registered pages MADV_DONTFORK, and a page shared with other heap data
-// would vanish from a forked child under that data.
+// Control memory the NICs read and write. Whole pages of the system's size (64 KiB on some
+// aarch64 kernels), page-aligned: with ibv_fork_init rdma-core marks registered pages
+// MADV_DONTFORK, and a page shared with other heap data would vanish from a forked child
+// under that data.
 ncclResult_t Comm::allocCtrl() {
-  long page = sysconf(_SC_PAGESIZE);
-  size_t pageSize = page > 0 ? static_cast<size_t>(page) : 4096;
   size_t need = std::max(sizeof(SendCtrl), sizeof(RecvCtrl));
-  ctrlSize_ = (need + pageSize - 1) / pageSize * pageSize;
-  ctrlMem_ = aligned_alloc(pageSize, ctrlSize_);
-  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", ctrlSize_);
-  memset(ctrlMem_, 0, ctrlSize_);
+  ctrlMem_ = allocPages(need, systemPageSize(), &ctrlSize_);
+  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", need);
   return ncclSuccess;
 }
 
