@@ -9,7 +9,8 @@
 #   fuzz  bounded libFuzzer runs (clang)
 #   arm64  the unit and abi tests cross-built for aarch64 (build-arm64/, cmake/toolchain-
 #         aarch64-linux-gnu.cmake) and run under qemu-aarch64 user emulation
-#   lab  end to end on the QEMU Soft-RoCE mesh
+#   lab  end to end on the QEMU Soft-RoCE mesh; then, when build-arm64/ exists, the same
+#         kind of scenarios in aarch64 guests (label lab-arm64, scripts/vmesh --arch arm64)
 # A tier with no registered tests fails (unit, abi, fabric, lab), except fuzz on a machine
 # without clang++, where it is skipped with the reason. Each tier's ctest output is also
 # kept in build/test-logs/<tier>.log; the last lines recap every tier's ctest summary.
@@ -172,6 +173,29 @@ run_tier() {
     fail "$tier" "ctest exited $rc${line:+ ($line)}" "$rc"
   fi
   summary+=("$tier: ${line:-ctest printed no summary line}")
+  [ "$tier" = lab ] && run_lab_arm64
+  return 0
+}
+
+# The aarch64 lab (label lab-arm64 in build-arm64/, which the arm64 tier built): aarch64 TCG
+# guests with Debian's arm64 kernel and rxe run pair, grouped and ring scenarios (~45 s, plus
+# a one-time download of the arm64 kernel and userland). Part of the lab tier; skipped
+# with the reason when the arm64 tier did not build its tree here.
+run_lab_arm64() {
+  local dir="$REPO/build-arm64" rc line count
+  count=$(ctest --test-dir "$dir" -N -L '^lab-arm64$' 2>/dev/null | sed -n 's/^Total Tests: *//p')
+  if [ "${count:-0}" -eq 0 ]; then
+    summary+=("lab (arm64): skipped: no build-arm64/ with lab-arm64 tests (run the arm64 tier first)")
+    return 0
+  fi
+  header "tier: lab (arm64 guests)"
+  set +e
+  ctest --test-dir "$dir" --output-on-failure -L '^lab-arm64$' 2>&1 | tee "$LOG_DIR/lab-arm64.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  line=$(grep -E '[0-9]+% tests passed' "$LOG_DIR/lab-arm64.log" | tail -n 1 || true)
+  [ "$rc" -eq 0 ] || fail lab "arm64 guests: ctest exited $rc${line:+ ($line)}" "$rc"
+  summary+=("lab (arm64): ${line:-ctest printed no summary line}")
 }
 
 parse_args() {

@@ -33,3 +33,43 @@ add_subdirectory(abi)
 add_subdirectory(abi_versions)
 # Each of those relabels its own tests arm64 in a cross build (set_tests_properties only
 # reaches tests of its own directory before CMake 3.28).
+
+# --- lab-arm64: the aarch64 lab (scripts/vmesh --arch arm64) ---------------------------------
+# aarch64 TCG guests with Debian's arm64 kernel and Soft-RoCE run the cross-built plugin
+# through tests/e2e's driver, as the x86 lab does. Label lab-arm64, never part of the
+# arm64 tier: run with `ctest --test-dir build-arm64 -L lab-arm64` (README: times).
+file(GLOB MESH_E2E_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/e2e/*.cpp)
+add_executable(mesh_e2e ${MESH_E2E_SOURCES})
+# probes.cpp reads the userspace fabric's stats header (tests/fabric/include).
+target_include_directories(mesh_e2e PRIVATE ${PROJECT_SOURCE_DIR}/nccl ${CMAKE_CURRENT_SOURCE_DIR}/abi_versions
+                                            ${CMAKE_CURRENT_SOURCE_DIR}/fabric/include)
+target_link_libraries(mesh_e2e PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+add_dependencies(mesh_e2e nccl-net-mesh)
+
+set(VMESH_ARM64 ${PROJECT_SOURCE_DIR}/scripts/vmesh)
+set(MESH_E2E_ARM64 env LD_LIBRARY_PATH=$<TARGET_FILE_DIR:nccl-net-mesh> $<TARGET_FILE:mesh_e2e>)
+# The arm64 kernel, the arm64 userland (apt-get download, once) and the initramfs.
+add_test(NAME lab_arm64_prepare
+         COMMAND ${VMESH_ARM64} prepare --arch arm64 --build-dir ${CMAKE_BINARY_DIR})
+set_tests_properties(lab_arm64_prepare PROPERTIES
+  LABELS lab-arm64 TIMEOUT 600 RUN_SERIAL TRUE FIXTURES_SETUP vmesh_arm64_image)
+
+# lab_arm64_test(NAME NODES VMESH_ARGS... -- CMD...): one aarch64 mesh per test.
+function(lab_arm64_test name nodes)
+  add_test(NAME ${name}
+           COMMAND ${VMESH_ARM64} run --arch arm64 --build-dir ${CMAKE_BINARY_DIR} --nodes ${nodes}
+                   --timeout 400 ${ARGN})
+  set_tests_properties(${name} PROPERTIES
+    LABELS lab-arm64 TIMEOUT 500 RUN_SERIAL TRUE FIXTURES_REQUIRED vmesh_arm64_image
+    FAIL_REGULAR_EXPRESSION "FAIL [a-z-]+ rank=")
+endfunction()
+
+# rxe on the arm64 kernel: ACTIVE ports, MTU 4096, RoCE v2 GIDs, ibv_rc_pingpong both ways.
+lab_arm64_test(lab_arm64_mesh2 2 -- ${CMAKE_CURRENT_SOURCE_DIR}/lab/lab_guest.sh devices pingpong mgmt)
+# pair: sizes, 32 outstanding, grouped receives of 8, short sends, one big message.
+lab_arm64_test(lab_arm64_e2e_pair 2 -- ${MESH_E2E_ARM64} pair --deadline 300)
+# contract: grouped receives whose sends arrive in any order, absent tags, truncation.
+lab_arm64_test(lab_arm64_e2e_grouped 2 -- ${MESH_E2E_ARM64} contract --deadline 300)
+# 4-node ring: neighbours connect, the diagonal fails fast; then a ring allreduce.
+lab_arm64_test(lab_arm64_e2e_ring_diagonal 4 --topology ring -- ${MESH_E2E_ARM64} ring-diagonal --deadline 300)
+lab_arm64_test(lab_arm64_e2e_ring_allreduce 4 --topology ring -- ${MESH_E2E_ARM64} allreduce --pairs 4 --deadline 300)
