@@ -112,7 +112,7 @@ sanitized_run() {
 run_sanitize() {
   header "tier: sanitize"
   sanitized_run asan address,undefined ""
-  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*'
+  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*:FifoLitmus*'
 }
 
 # The arm64 tier: cross build into build-arm64/, then ctest -L arm64 there (every aarch64

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -232,6 +233,10 @@ ncclResult_t Comm::postBatch(int q, int count) {
   for (int i = 0; i < count; ++i) wrs_[i].next = i + 1 < count ? &wrs_[i + 1] : nullptr;
   wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
   Qp& qp = qps_[q];
+  // What the WRs point at (staged FIFO entries, the sizes array, NCCL's send buffers) was
+  // written with plain stores: make them visible before the post can be. Providers add a
+  // device barrier before the doorbell; this covers the compiler and rxe's kernel thread.
+  std::atomic_thread_fence(std::memory_order_release);
   ibv_send_wr* bad = nullptr;
   int rc = settings_.ops->postSend(qp.qp.get(), wrs_, &bad);
   if (rc != 0) {
@@ -308,6 +313,11 @@ ncclResult_t Comm::progress() {
         fail("ibv_poll_cq failed on " + devs_[s].dev->name(), ncclSystemError);
         return failure_;
       }
+      // A CQE is how the NIC publishes what it wrote before it (sizes[], received data):
+      // no later load may be satisfied before the CQE was seen. Providers put a device read
+      // barrier in poll_cq; this fence also stops the compiler and orders against rxe's
+      // kernel thread. A dmb on aarch64, nothing on x86.
+      if (n > 0) std::atomic_thread_fence(std::memory_order_acquire);
       for (int i = 0; i < n; ++i) {
         if (wcs[i].status != IBV_WC_SUCCESS) {
           if (!closed_) completionError(wcs[i]);
