@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "mesh/async_events.h"
+#include "mesh/barrier.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
 #include "mesh/page.h"
@@ -236,7 +236,7 @@ ncclResult_t Comm::postBatch(int q, int count) {
   // What the WRs point at (staged FIFO entries, the sizes array, NCCL's send buffers) was
   // written with plain stores: make them visible before the post can be. Providers add a
   // device barrier before the doorbell; this covers the compiler and rxe's kernel thread.
-  std::atomic_thread_fence(std::memory_order_release);
+  beforePostFence();
   ibv_send_wr* bad = nullptr;
   int rc = settings_.ops->postSend(qp.qp.get(), wrs_, &bad);
   if (rc != 0) {
@@ -317,7 +317,7 @@ ncclResult_t Comm::progress() {
       // no later load may be satisfied before the CQE was seen. Providers put a device read
       // barrier in poll_cq; this fence also stops the compiler and orders against rxe's
       // kernel thread. A dmb on aarch64, nothing on x86.
-      if (n > 0) std::atomic_thread_fence(std::memory_order_acquire);
+      if (n > 0) afterCompletionFence();
       for (int i = 0; i < n; ++i) {
         if (wcs[i].status != IBV_WC_SUCCESS) {
           if (!closed_) completionError(wcs[i]);
