@@ -7,8 +7,8 @@
 #   sanitize  the unit tier under ASan+UBSan (build-asan/), and the threaded tests
 #         (reactor, handshake, registration cache) under TSan (build-tsan/)
 #   fuzz  bounded libFuzzer runs (clang)
-#   arm64  the unit and abi tests cross-built for aarch64 (build-arm64/, cmake/toolchain-
-#         aarch64-linux-gnu.cmake) and run under qemu-aarch64 user emulation
+#   arm64  the unit and abi tests and the fabric's e2e scenarios cross-built for aarch64
+#         (build-arm64/, cmake/toolchain-aarch64-linux-gnu.cmake), run under qemu-aarch64
 #   lab  end to end on the QEMU Soft-RoCE mesh; then, when build-arm64/ exists, the same
 #         kind of scenarios in aarch64 guests (label lab-arm64, scripts/vmesh --arch arm64)
 # A tier with no registered tests fails (unit, abi, fabric, lab), except fuzz on a machine

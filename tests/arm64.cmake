@@ -7,9 +7,10 @@
 # barriers. What it cannot show: weak-memory reordering, because qemu-user runs the guest's
 # threads on the x86 host's cores (FifoLitmus* run anyway; see docs/DESIGN-notes.md).
 #
-# Left out: tests that start an aarch64 binary from a shell or cmake script (tool checks,
-# admin loading, e2e self-tests, the fabric tier), since that exec needs binfmt_misc,
-# and fuzz (libFuzzer is the host clang's).
+# Also tests/e2e's scenarios on the userspace fabric (tests/fabric/arm64.cmake), where the
+# emulator is named in the command. Left out: tests that start an aarch64 binary from a
+# shell or cmake script (tool checks, admin loading, e2e self-tests), since that exec needs
+# binfmt_misc, and fuzz (libFuzzer is the host clang's).
 if(NOT CMAKE_CROSSCOMPILING_EMULATOR)
   message(WARNING "cross build without qemu-aarch64: the arm64 tier has no tests "
                   "(install qemu-user-static; scripts/setup.sh does)")
@@ -45,6 +46,9 @@ target_include_directories(mesh_e2e PRIVATE ${PROJECT_SOURCE_DIR}/nccl ${CMAKE_C
                                             ${CMAKE_CURRENT_SOURCE_DIR}/fabric/include)
 target_link_libraries(mesh_e2e PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 add_dependencies(mesh_e2e nccl-net-mesh)
+
+# The userspace fabric's drop-in for aarch64 and the scenarios on it (tests/fabric/arm64.cmake).
+add_subdirectory(fabric)
 
 set(VMESH_ARM64 ${PROJECT_SOURCE_DIR}/scripts/vmesh)
 set(MESH_E2E_ARM64 env LD_LIBRARY_PATH=$<TARGET_FILE_DIR:nccl-net-mesh> $<TARGET_FILE:mesh_e2e>)
