@@ -112,12 +112,21 @@ install_packages() {
     return
   fi
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
-    echo "setup: missing packages: ${required[*]} ${optional[*]}" >&2
+    echo "setup: missing packages: ${required[*]} ${optional[*]} ${arm64[*]}" >&2
     echo "setup: installing them needs root: run as root or install sudo" >&2
     exit 1
   fi
   if [ ${#arm64[@]} -gt 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
-    quietly "dpkg --add-architecture arm64" as_root dpkg --add-architecture arm64
+    # Debian's mirrors carry every architecture; Ubuntu's amd64 mirror has no arm64 (that is
+    # ports.ubuntu.com), and an arm64 architecture without such a source fails apt-get update.
+    if grep -qx 'ID=debian' /etc/os-release 2>/dev/null; then
+      quietly "dpkg --add-architecture arm64" as_root dpkg --add-architecture arm64
+    else
+      echo "setup: warning: not adding the arm64 architecture on this distribution (its arm64" \
+           "packages need a ports mirror in apt's sources); the arm64 tier will say what is missing"
+      arm64=()
+      [ ${#required[@]} -gt 0 ] || [ ${#optional[@]} -gt 0 ] || return 0
+    fi
   fi
   quietly "apt-get update" as_root apt-get update -qq
   if [ ${#required[@]} -gt 0 ]; then
