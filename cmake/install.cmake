@@ -45,6 +45,11 @@ set(CPACK_GENERATOR "DEB;TGZ")
 set(CPACK_STRIP_FILES OFF)  # done above, keeping the debug info
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
+# CPack asks `dpkg --print-architecture`, which names the build machine: a cross build for
+# aarch64 (cmake/toolchain-aarch64-linux-gnu.cmake) must say arm64 itself.
+if(CMAKE_CROSSCOMPILING AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$")
+  set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE arm64)
+endif()
 # The plugin dlopen()s libibverbs at run time (no link-time dependency); without it the
 # plugin reports zero devices, so it is recommended rather than required.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libibverbs1, ibverbs-providers")

@@ -14,7 +14,7 @@ usage() {
 usage: scripts/setup.sh [--no-build] [--no-lab]
 
 Installs the packages nccl-mesh needs (only those missing; apt-get update only when an
-install is needed), builds into build/, and prepares the QEMU lab (scripts/vmesh prepare).
+install is needed; arm64 multiarch for the arm64 tier), builds into build/, and prepares the QEMU lab (scripts/vmesh prepare).
   --no-build   install packages only (and prepare the lab unless --no-lab)
   --no-lab     do not prepare the lab's kernel/initramfs cache
 Runs as root, or as a user with sudo. Output of apt and cmake: build/setup.log.
@@ -34,6 +34,19 @@ REQUIRED_PACKAGES=(
 OPTIONAL_PACKAGES=(
   clang libclang-rt-dev
   qemu-system-x86 busybox-static cpio kmod
+)
+
+# The arm64 tier and the aarch64 lab (issue 17): the cross compiler, arm64 multiarch rdma-core
+# and GoogleTest, the arm64 C++ runtime that qemu-aarch64 runs the tests with, and QEMU for
+# aarch64 (user mode for the tier, system mode for `scripts/vmesh --arch arm64`). Needs
+# `dpkg --add-architecture arm64`, which install_packages adds when one of these is missing.
+# Optional like the ones above: without them the arm64 tier reports what is missing. The
+# aarch64 guests' own packages (kernel, busybox, iproute2, ibverbs-utils) are not installed:
+# scripts/vmesh --arch arm64 fetches them with `apt-get download` into build/vmesh-arm64.
+ARM64_PACKAGES=(
+  g++-aarch64-linux-gnu qemu-user-static qemu-system-arm
+  libc6:arm64 libstdc++6:arm64 libgcc-s1:arm64
+  libibverbs-dev:arm64 ibverbs-providers:arm64 libgtest-dev:arm64 libgmock-dev:arm64
 )
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -92,14 +105,28 @@ install_packages() {
   local required optional
   mapfile -t required < <(missing_from "${REQUIRED_PACKAGES[@]}")
   mapfile -t optional < <(missing_from "${OPTIONAL_PACKAGES[@]}")
-  if [ ${#required[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
-    echo "setup: packages: all $(( ${#REQUIRED_PACKAGES[@]} + ${#OPTIONAL_PACKAGES[@]} )) present"
+  local arm64
+  mapfile -t arm64 < <(missing_from "${ARM64_PACKAGES[@]}")
+  if [ ${#required[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && [ ${#arm64[@]} -eq 0 ]; then
+    echo "setup: packages: all $(( ${#REQUIRED_PACKAGES[@]} + ${#OPTIONAL_PACKAGES[@]} + ${#ARM64_PACKAGES[@]} )) present"
     return
   fi
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
-    echo "setup: missing packages: ${required[*]} ${optional[*]}" >&2
+    echo "setup: missing packages: ${required[*]} ${optional[*]} ${arm64[*]}" >&2
     echo "setup: installing them needs root: run as root or install sudo" >&2
     exit 1
+  fi
+  if [ ${#arm64[@]} -gt 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    # Debian's mirrors carry every architecture; Ubuntu's amd64 mirror has no arm64 (that is
+    # ports.ubuntu.com), and an arm64 architecture without such a source fails apt-get update.
+    if grep -qx 'ID=debian' /etc/os-release 2>/dev/null; then
+      quietly "dpkg --add-architecture arm64" as_root dpkg --add-architecture arm64
+    else
+      echo "setup: warning: not adding the arm64 architecture on this distribution (its arm64" \
+           "packages need a ports mirror in apt's sources); the arm64 tier will say what is missing"
+      arm64=()
+      [ ${#required[@]} -gt 0 ] || [ ${#optional[@]} -gt 0 ] || return 0
+    fi
   fi
   quietly "apt-get update" as_root apt-get update -qq
   if [ ${#required[@]} -gt 0 ]; then
@@ -113,6 +140,15 @@ install_packages() {
     else
       echo "setup: warning: could not install ${optional[*]} (see $LOG);" \
            "the fuzz and lab tiers need them"
+    fi
+  fi
+  if [ ${#arm64[@]} -gt 0 ]; then
+    echo "+ apt-get install ${arm64[*]}" >>"$LOG"
+    if apt_install "${arm64[@]}" >>"$LOG" 2>&1; then
+      echo "setup: packages: installed ${arm64[*]}"
+    else
+      echo "setup: warning: could not install ${arm64[*]} (see $LOG);" \
+           "the arm64 tier and the aarch64 lab need them"
     fi
   fi
 }

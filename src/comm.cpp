@@ -12,8 +12,10 @@
 #include <cstring>
 
 #include "mesh/async_events.h"
+#include "mesh/barrier.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/page.h"
 
 namespace mesh {
 
@@ -83,17 +85,14 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
   return ncclSuccess;
 }
 
-// Control memory the NICs read and write. Whole pages, page-aligned: with ibv_fork_init
-// rdma-core marks registered pages MADV_DONTFORK, and a page shared with other heap data
-// would vanish from a forked child under that data.
+// Control memory the NICs read and write. Whole pages of the system's size (64 KiB on some
+// aarch64 kernels), page-aligned: with ibv_fork_init rdma-core marks registered pages
+// MADV_DONTFORK, and a page shared with other heap data would vanish from a forked child
+// under that data.
 ncclResult_t Comm::allocCtrl() {
-  long page = sysconf(_SC_PAGESIZE);
-  size_t pageSize = page > 0 ? static_cast<size_t>(page) : 4096;
   size_t need = std::max(sizeof(SendCtrl), sizeof(RecvCtrl));
-  ctrlSize_ = (need + pageSize - 1) / pageSize * pageSize;
-  ctrlMem_ = aligned_alloc(pageSize, ctrlSize_);
-  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", ctrlSize_);
-  memset(ctrlMem_, 0, ctrlSize_);
+  ctrlMem_ = allocPages(need, systemPageSize(), &ctrlSize_);
+  MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", need);
   return ncclSuccess;
 }
 
@@ -229,6 +228,10 @@ ncclResult_t Comm::postBatch(int q, int count) {
   for (int i = 0; i < count; ++i) wrs_[i].next = i + 1 < count ? &wrs_[i + 1] : nullptr;
   wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
   Qp& qp = qps_[q];
+  // What the WRs point at (staged FIFO entries, the sizes array, NCCL's send buffers) was
+  // written with plain stores: make them visible before the post can be. Providers add a
+  // device barrier before the doorbell; this covers the compiler and rxe's kernel thread.
+  beforePostFence();
   ibv_send_wr* bad = nullptr;
   int rc = settings_.ops->postSend(qp.qp.get(), wrs_, &bad);
   if (rc != 0) {
@@ -305,6 +308,11 @@ ncclResult_t Comm::progress() {
         fail("ibv_poll_cq failed on " + devs_[s].dev->name(), ncclSystemError);
         return failure_;
       }
+      // A CQE is how the NIC publishes what it wrote before it (sizes[], received data):
+      // no later load may be satisfied before the CQE was seen. Providers put a device read
+      // barrier in poll_cq; this fence also stops the compiler and orders against rxe's
+      // kernel thread. A dmb on aarch64, nothing on x86.
+      if (n > 0) afterCompletionFence();
       for (int i = 0; i < n; ++i) {
         if (wcs[i].status != IBV_WC_SUCCESS) {
           if (!closed_) completionError(wcs[i]);

@@ -173,8 +173,10 @@ void RecvComm::onRecv(const WrId& id, const ibv_wc& wc) {
   }
   if (--r.pending == 0) {
     if (r.viaSizes) {
-      const volatile uint64_t* sz = ctrl()->sizes[r.slot];
-      for (int i = 0; i < r.n; ++i) r.sizes[i] = sz[i];
+      // The sender's NIC wrote these before this completion; progress()'s acquire fence
+      // after the poll orders these loads after the CQE (comm.h, RecvCtrl::sizes).
+      const uint64_t* sz = ctrl()->sizes[r.slot];
+      for (int i = 0; i < r.n; ++i) r.sizes[i] = __atomic_load_n(&sz[i], __ATOMIC_RELAXED);
     }
     slotOwner_[r.slot] = nullptr;
   }

@@ -19,12 +19,10 @@ void SendComm::describeCtrl(uint64_t* addr) const {
   *addr = reinterpret_cast<uintptr_t>(ctrl()->fifo);
 }
 
-// The NIC writes the slot; the acquire loads keep the CPU (and compiler) from reading the
-// slot's other fields before both sequence words were seen complete.
+// The NIC writes the slot; fifoSlotArrived's acquire loads keep the CPU (and compiler) from
+// reading the slot's other fields before both sequence words were seen complete.
 bool SendComm::slotArrived(int slot, int pos, uint64_t expect) const {
-  const FifoSlot* s = &ctrl()->fifo[slot][pos];
-  return __atomic_load_n(&s->seqTail, __ATOMIC_ACQUIRE) == expect &&
-         __atomic_load_n(&s->seqHead, __ATOMIC_ACQUIRE) == expect;
+  return fifoSlotArrived(ctrl()->fifo[slot][pos], expect);
 }
 
 // The group of the next slot (seq), once every entry of it has landed: NULL while it has

@@ -12,6 +12,7 @@
 
 #include "mesh/log.h"
 #include "mesh/nic_discovery.h"
+#include "mesh/page.h"
 #include "mesh/verbs_loader.h"
 
 namespace mesh {
@@ -19,7 +20,7 @@ namespace mesh {
 // --- RegCache ---------------------------------------------------------------------------
 
 RegCache::RegCache(Registrar registrar, size_t pageSize)
-    : registrar_(std::move(registrar)), pageSize_(pageSize == 0 ? 4096 : pageSize) {}
+    : registrar_(std::move(registrar)), pageSize_(pageSize == 0 ? systemPageSize() : pageSize) {}
 
 RegCache::~RegCache() {
   // Leftovers mean NCCL never deregistered them (e.g. the process tears the plugin down
@@ -31,15 +32,17 @@ ncclResult_t RegCache::acquire(uintptr_t addr, size_t size, MemKind kind, int dm
                                uint64_t dmabufOffset, const Registration** out,
                                std::string* error) {
   // NCCL registers zero-sized buffers at times; one page keeps the MR valid and harmless.
+  // Whole pages of the system's size: the kernel pins, and rdma-core's fork protection
+  // (MADV_DONTFORK) marks, whole pages anyway; the cache must agree on what it covers.
   size_t span = size == 0 ? 1 : size;
-  if (out == nullptr || addr + span < addr || addr + span + pageSize_ < addr + span) {
+  PageSpan pages = pageSpan(addr, size, pageSize_);
+  if (out == nullptr || pages.len == 0) {
     if (error) *error = "invalid registration range (address wraps around or no output)";
     return ncclInvalidArgument;
   }
-  uintptr_t start = addr - addr % pageSize_;
-  uintptr_t end = addr + span;
-  if (end % pageSize_ != 0) end += pageSize_ - end % pageSize_;
-  size_t len = end - start;
+  uintptr_t start = pages.start;
+  uintptr_t end = pages.start + pages.len;
+  size_t len = pages.len;
 
   std::lock_guard<std::mutex> lock(mutex_);
   if (kind != MemKind::Dmabuf) {

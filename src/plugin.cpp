@@ -29,7 +29,8 @@ Plugin& Plugin::instance() {
 }
 
 namespace {
-// Set in a child forked after init; see Plugin::inForkedChild().
+// Set in a child forked after init; see Plugin::inForkedChild(). Relaxed: written by the
+// pthread_atfork child handler and read by the same, only, thread of the child.
 std::atomic<bool> gForkedChild{false};
 void markForkedChild() { gForkedChild.store(true, std::memory_order_relaxed); }
 }  // namespace

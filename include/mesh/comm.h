@@ -18,14 +18,24 @@
 //  4. The receive completes when every QP's immediate arrived; the send when every QP's
 //     signaled final WR completed. A GPUDirect flush reads through every device of the comm.
 //
-// Remote-written memory (who writes, who reads):
+// Remote-written memory (who writes, who reads, what orders it; the full list with the
+// cross-thread state is in docs/DESIGN-notes.md, "Memory ordering"). x86 never reorders
+// loads with loads or stores with stores, so a missing barrier here only shows on a weaker
+// model: aarch64 (DGX Spark's GB10, Grace) may.
 //  - SendCtrl::fifo: written by the RECEIVER's NIC, read by the sender's CPU. A slot is
-//    accepted only when seqHead and seqTail (first and last 8 bytes) both equal seq+1; the
-//    NIC places a message's bytes in order, so a half-written slot never validates. Reads go
-//    through acquire loads of both sequence words before the other fields.
+//    accepted only when seqHead and seqTail (first and last 8 bytes) both equal seq+1
+//    (fifoSlotArrived: acquire loads of both before any other field is read); a
+//    half-written slot never validates.
 //  - RecvCtrl::sizes: written by the SENDER's NIC before the final immediate on QP 0; read
-//    by the receiver's CPU only after that completion was polled (the CQE orders it).
+//    by the receiver's CPU only after that completion was polled: progress() issues an
+//    acquire fence after every poll that returned completions, so no load of sizes (nor
+//    NCCL's loads of the received data, after test() says done) is satisfied before the CQE
+//    was seen.
 //  - RecvCtrl::flushWord: target of the GPUDirect flush READs; its value is never used.
+// Local memory a NIC reads (RecvCtrl::stage, SendCtrl::sizesStage, NCCL's send buffers):
+// written by the CPU with plain stores, then ibv_post_send; postBatch() issues a release
+// fence first, so those stores are visible before the work request can be (rdma-core's
+// providers add their own device barrier before the doorbell).
 //
 // Verbs objects: the comm owns its QPs, flush QPs, CQs, control memory and its MRs; close()
 // releases them in one order (every QP to ERR, drain, QPs, MRs, CQs, memory), whatever
@@ -89,14 +99,33 @@ struct alignas(64) FifoSlot {
 static_assert(sizeof(FifoSlot) == 64, "FIFO slot is one cache line");
 static_assert(offsetof(FifoSlot, seqTail) == 56, "seqTail must be the slot's last word");
 
+// Whether FIFO entry `s` holds the receive posted as sequence `expect` (seq + 1).
+// Writer: the receiver's NIC (one RDMA WRITE of the staged entries). Reader: the sender's
+// NCCL thread in isend. Ordering: seqTail, then seqHead, each an acquire load; the caller
+// reads the other fields only after this returned true, so those loads cannot be satisfied
+// before both sequence words matched. Without the acquires an aarch64 core may read
+// tag/size/addr from before the NIC's write while seqTail already shows the new sequence,
+// and post data to a stale buffer; x86 hides that. Both ends are checked because RDMA does
+// not promise the order in which the bytes of one WRITE land. tests/unit/fifo_litmus_test.cpp
+// runs this protocol between two threads (TSan flags a missing acquire as a race).
+inline bool fifoSlotArrived(const FifoSlot& s, uint64_t expect) {
+  return __atomic_load_n(&s.seqTail, __ATOMIC_ACQUIRE) == expect &&
+         __atomic_load_n(&s.seqHead, __ATOMIC_ACQUIRE) == expect;
+}
+
 struct SendCtrl {
-  FifoSlot fifo[kFifoDepth][kGroupMax];           // remote-written by the receiver
-  uint64_t sizesStage[kFifoDepth][kGroupMax];     // local source of the sizes write
+  // Remote-written by the receiver's NIC; read by isend through fifoSlotArrived (acquire).
+  FifoSlot fifo[kFifoDepth][kGroupMax];
+  // Written by the CPU, read by the local NIC (the sizes WRITE): release fence in postBatch.
+  uint64_t sizesStage[kFifoDepth][kGroupMax];
 };
 struct RecvCtrl {
-  uint64_t sizes[kFifoDepth][kGroupMax];          // remote-written by the sender
-  FifoSlot stage[kFifoDepth][kGroupMax];          // local source of the slot writes
-  uint64_t flushWord;
+  // Remote-written by the sender's NIC before QP 0's final immediate; read after that CQE
+  // was polled (acquire fence in progress()), with atomic loads.
+  uint64_t sizes[kFifoDepth][kGroupMax];
+  // Written by the CPU, read by the local NIC (the slot WRITE): release fence in postBatch.
+  FifoSlot stage[kFifoDepth][kGroupMax];
+  uint64_t flushWord;  // target of flush READs; never read
 };
 
 class Comm;
@@ -211,7 +240,9 @@ class Comm : public PreparedConn {
   Request reqs_[kRequestPool];
   Request* freeList_[kRequestPool];
   int nfree_ = 0;
-  std::atomic<int> asyncEvent_{-1};  // written by the reactor, read by NCCL's thread
+  // Written by the reactor (release, markAsyncError), read by NCCL's thread in progress()
+  // (acquire): the event's QP state is seen with it. The only cross-thread field of a comm.
+  std::atomic<int> asyncEvent_{-1};
   ncclResult_t failure_ = ncclSuccess;
   std::string failureText_;
   // The failure so far is only a flushed WR: the WR whose error put the QP in the error

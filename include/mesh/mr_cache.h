@@ -44,9 +44,10 @@ struct Registrar {
 };
 
 // Page-aligned range cache of one device. Pure logic around the Registrar; unit-tested.
+// pageSize: 0 means the system's (mesh/page.h); tests pass 4, 16 and 64 KiB.
 class RegCache {
  public:
-  explicit RegCache(Registrar registrar, size_t pageSize = 4096);
+  explicit RegCache(Registrar registrar, size_t pageSize = 0);
   ~RegCache();  // deregisters whatever is left
 
   // Finds a cached range covering [addr, addr+size) or registers the page-aligned range.

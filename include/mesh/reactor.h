@@ -69,6 +69,11 @@ class Reactor {
   int epollFd_ = -1;
   int wakeFd_ = -1;  // eventfd: post() and stop() wake the loop through it
   std::thread thread_;
+  // Cross-thread flags (docs/DESIGN-notes.md, "Memory ordering"). threadId_: written by the
+  // reactor thread, read by any (seq_cst; only compared). running_: written by start()/stop()
+  // with release, read with acquire by running(). stopping_: written by stop() (release,
+  // under tasksMutex_) or by the loop on an epoll failure; read with acquire by the loop and
+  // by post(), which also holds tasksMutex_, so a task is queued before stop() or refused.
   std::atomic<std::thread::id> threadId_{};
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};

@@ -22,13 +22,14 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 
-run="" rank="" probe=""
+run="" rank="" probe="" layer=""
 # shellcheck disable=SC2013  # the command line is a list of words
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         vmesh.run=*) run=${arg#*=} ;;
         vmesh.rank=*) rank=${arg#*=} ;;
         vmesh.probe=*) probe=1 ;;
+        vmesh.layer=*) layer=1 ;;
     esac
 done
 
@@ -50,7 +51,19 @@ root=/newroot
 ninep="trans=virtio,version=9p2000.L,msize=512000"
 # cache=loose on the read-only root: files do not change under a run, and it
 # saves a 9p round trip per stat/open (big under TCG).
-mount -t 9p -o "$ninep,ro,cache=loose" vmroot "$root" || die "cannot mount host root over 9p"
+if [ -z "$layer" ]; then
+    mount -t 9p -o "$ninep,ro,cache=loose" vmroot "$root" || die "cannot mount host root over 9p"
+else
+    # A guest of another architecture (vmesh --arch arm64): the host's root with the
+    # guest's own userland (export vmlayer, merged /usr) laid over it, read-only. Its
+    # programs and libraries shadow the host's of the same name; the rest, build trees
+    # included, shows through at the host's paths.
+    mkdir -p /host /layer
+    mount -t 9p -o "$ninep,ro,cache=loose" vmroot /host || die "cannot mount host root over 9p"
+    mount -t 9p -o "$ninep,ro,cache=loose" vmlayer /layer || die "cannot mount the userland layer over 9p"
+    mount -t overlay overlay -o "lowerdir=/layer:/host" "$root" ||
+        die "cannot lay the guest userland over the host root"
+fi
 
 # The chroot needs its own kernel file systems and writable scratch space.
 mount -t proc proc "$root/proc"

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "mesh/page.h"
 #include "mesh/perf_report.h"
 #include "mesh/tool_net.h"
 #include "mesh/version.h"
@@ -411,9 +412,11 @@ class Progress {
 struct Buffer {
   void* p = nullptr;
   size_t size = 0;
-  explicit Buffer(size_t n) : size(std::max<size_t>(n, 1)) {
-    if (posix_memalign(&p, 4096, size) != 0) throw Error(strf("cannot allocate %zu bytes", n));
-    memset(p, 0, size);
+  // Whole pages of the system's size, as NCCL's own buffers are: the registration (and
+  // rdma-core's fork protection) then covers nothing but this buffer.
+  explicit Buffer(size_t n) {
+    p = mesh::allocPages(n, mesh::systemPageSize(), &size);
+    if (p == nullptr) throw Error(strf("cannot allocate %zu bytes", n));
   }
   ~Buffer() { free(p); }
   char* at(size_t off) const { return static_cast<char*>(p) + off; }

@@ -85,6 +85,10 @@ class FakeDevice {
   bool fail_ = false;
 };
 
+// The cases below are written in 4 KiB pages; page_test.cpp runs the rounding with 16 and
+// 64 KiB pages too (aarch64 kernels), and the default (0) takes the system's page size.
+constexpr size_t kPage4K = size_t{4} << 10;
+
 const Registration* acquireOk(RegCache* cache, uintptr_t addr, size_t size,
                               MemKind kind = MemKind::Host, int fd = -1, uint64_t offset = 0) {
   const Registration* reg = nullptr;
@@ -96,7 +100,7 @@ const Registration* acquireOk(RegCache* cache, uintptr_t addr, size_t size,
 
 TEST(RegCache, RegistersThePageAlignedRange) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   acquireOk(&cache, 0x10ff0, 0x20);  // straddles the 0x11000 boundary
   ASSERT_EQ(dev.regs(), 1);
   EXPECT_EQ(dev.call(0).start, 0x10000u);
@@ -106,7 +110,7 @@ TEST(RegCache, RegistersThePageAlignedRange) {
 
 TEST(RegCache, SizeZeroRegistersOnePage) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   acquireOk(&cache, 0x20010, 0);
   ASSERT_EQ(dev.regs(), 1);
   EXPECT_EQ(dev.call(0).start, 0x20000u);
@@ -115,7 +119,7 @@ TEST(RegCache, SizeZeroRegistersOnePage) {
 
 TEST(RegCache, ExactRangeIsAHit) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* a = acquireOk(&cache, 0x10000, 0x3000);
   const Registration* b = acquireOk(&cache, 0x10000, 0x3000);
   EXPECT_EQ(a, b);
@@ -126,7 +130,7 @@ TEST(RegCache, ExactRangeIsAHit) {
 
 TEST(RegCache, SubRangeIsAHit) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* a = acquireOk(&cache, 0x10000, 0x4000);
   const Registration* b = acquireOk(&cache, 0x11234, 0x100);
   const Registration* c = acquireOk(&cache, 0x13fff, 1);  // last byte of the range
@@ -138,7 +142,7 @@ TEST(RegCache, SubRangeIsAHit) {
 
 TEST(RegCache, AdjacentRangeIsAMiss) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* a = acquireOk(&cache, 0x10000, 0x1000);
   const Registration* b = acquireOk(&cache, 0x11000, 0x1000);
   const Registration* c = acquireOk(&cache, 0x10800, 0x1000);  // spills into the next page
@@ -152,7 +156,7 @@ TEST(RegCache, AdjacentRangeIsAMiss) {
 TEST(RegCache, FindsACoveringEntryBehindANearerOne) {
   // Entry B starts closer to the request but ends too early; A, further back, covers it.
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* b = acquireOk(&cache, 0x18000, 0x1000);
   const Registration* a = acquireOk(&cache, 0x10000, 0x10000);
   EXPECT_NE(a, b);
@@ -163,7 +167,7 @@ TEST(RegCache, FindsACoveringEntryBehindANearerOne) {
 
 TEST(RegCache, RefcountToZeroDeregisters) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* a = acquireOk(&cache, 0x10000, 0x2000);
   acquireOk(&cache, 0x10000, 0x100);
   cache.release(a);
@@ -179,7 +183,7 @@ TEST(RegCache, RefcountToZeroDeregisters) {
 
 TEST(RegCache, KindsDoNotShare) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* host = acquireOk(&cache, 0x10000, 0x1000, MemKind::Host);
   const Registration* cuda = acquireOk(&cache, 0x10000, 0x1000, MemKind::Cuda);
   EXPECT_NE(host, cuda);
@@ -190,7 +194,7 @@ TEST(RegCache, KindsDoNotShare) {
 
 TEST(RegCache, DmabufIsNeverShared) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* a = acquireOk(&cache, 0x10000, 0x1000, MemKind::Dmabuf, 7, 0);
   const Registration* b = acquireOk(&cache, 0x10000, 0x1000, MemKind::Dmabuf, 7, 0);
   EXPECT_NE(a, b);
@@ -204,7 +208,7 @@ TEST(RegCache, DmabufIsNeverShared) {
 
 TEST(RegCache, DmabufOffsetMovesWithTheAlignedStart) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   acquireOk(&cache, 0x10100, 0x100, MemKind::Dmabuf, 5, 0x2100);
   EXPECT_EQ(dev.call(0).start, 0x10000u);
   EXPECT_EQ(dev.call(0).len, 0x1000u);
@@ -218,7 +222,7 @@ TEST(RegCache, DmabufOffsetMovesWithTheAlignedStart) {
 
 TEST(RegCache, RegistrarFailurePropagatesTheMessage) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   dev.setFail(true);
   const Registration* reg = nullptr;
   std::string error;
@@ -232,7 +236,7 @@ TEST(RegCache, RegistrarFailurePropagatesTheMessage) {
 
 TEST(RegCache, RejectsARangeThatWraps) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* reg = nullptr;
   std::string error;
   EXPECT_EQ(cache.acquire(UINTPTR_MAX - 10, 100, MemKind::Host, -1, 0, &reg, &error),
@@ -243,7 +247,7 @@ TEST(RegCache, RejectsARangeThatWraps) {
 
 TEST(RegCache, ReleaseOfAnUnknownPointerIsIgnored) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   const Registration* a = acquireOk(&cache, 0x10000, 0x1000);
   Registration stranger;
   cache.release(&stranger);
@@ -258,7 +262,7 @@ TEST(RegCache, ReleaseOfAnUnknownPointerIsIgnored) {
 TEST(RegCache, DestructorDeregistersLeftovers) {
   FakeDevice dev;
   {
-    RegCache cache(dev.registrar());
+    RegCache cache(dev.registrar(), kPage4K);
     acquireOk(&cache, 0x10000, 0x1000);
     acquireOk(&cache, 0x10000, 0x1000);  // hit: still one entry
     acquireOk(&cache, 0x40000, 0x1000, MemKind::Cuda);
@@ -271,7 +275,7 @@ TEST(RegCache, DestructorDeregistersLeftovers) {
 
 TEST(RegCache, ConcurrentAcquireReleaseKeepsCountsConsistent) {
   FakeDevice dev;
-  RegCache cache(dev.registrar());
+  RegCache cache(dev.registrar(), kPage4K);
   constexpr int kThreads = 4;
   constexpr int kIterations = 2000;
   std::atomic<int> failures{0};
