@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Cross toolchain for aarch64 (DGX Spark's GB10 / Grace cores) on a Debian/Ubuntu x86_64
 # host with arm64 multiarch packages (scripts/setup.sh installs them):
 #   g++-aarch64-linux-gnu, libibverbs-dev:arm64, libgtest-dev:arm64, libstdc++6:arm64,

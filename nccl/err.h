@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL plugin ABI: result codes and the logger callback.
  * Written for nccl-mesh from the published ABI facts (values are part of the ABI).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL network plugin ABI, version 10 (NCCL 2.26+ loads it as "ncclNetPlugin_v10").
  * Written for nccl-mesh from NCCL's published plugin interface; checked field by field

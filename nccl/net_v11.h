@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL network plugin ABI, version 11 (NCCL 2.28+ loads it as "ncclNetPlugin_v11").
  * Written for nccl-mesh from NCCL's published plugin interface; checked field by field

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL network plugin ABI, version 12 (NCCL 2.30 looks for "ncclNetPlugin_v12" first, then
  * v11, v10, ...). Written for nccl-mesh from NCCL's published plugin interface; every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL network plugin ABI, version 8 (NCCL 2.20+ loads it as "ncclNetPlugin_v8").
  * Written for nccl-mesh from the published ABI facts. Every offset NCCL relies on is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL network plugin ABI, version 9 (NCCL 2.24+ loads it as "ncclNetPlugin_v9").
  * Written for nccl-mesh from NCCL's published plugin interface; checked field by field

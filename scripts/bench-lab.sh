@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench-lab.sh: the plugin against raw verbs on the same lab link, in the same guests.
 #
 # One `scripts/vmesh run --nodes 2` session runs, between node 0 (client) and node 1

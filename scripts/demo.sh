@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # demo.sh: the README's first command. Sets everything up (scripts/setup.sh: packages,
 # build, lab kernel), then boots a 3-node virtual RDMA mesh (QEMU + Soft-RoCE, one cable
 # per pair of nodes, each its own subnet) and runs a ring all-reduce through the plugin's

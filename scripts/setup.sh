@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # setup.sh: everything nccl-mesh needs to build and test, from a fresh Debian/Ubuntu box.
 #   1. installs missing packages (apt-get runs only when something is missing),
 #   2. configures and builds into build/ (RelWithDebInfo),

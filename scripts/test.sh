@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # test.sh: the project's test command (README, .ci/run). Runs scripts/setup.sh, then the
 # ctest tiers in order, each under a header, and stops at the first tier that fails:
 #   unit  module logic without RDMA        abi  the built plugin loaded as NCCL loads it

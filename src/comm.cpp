@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Comm lifecycle shared by both directions: resources, activation, completion polling,
 // error reporting, teardown. The per-direction protocol is in datapath_send/recv.cpp.
 #include "mesh/comm.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The settings table. Every setting is one row (name, default, doc, accepted values,
 // parse, format), so loading, the init log line, --help and the README cannot drift
 // apart. A row's parse leaves Config untouched when it rejects a value, which is what

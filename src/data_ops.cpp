@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The production DataOps: rdma-core's inline data-path calls (see data_ops.h).
 #include "mesh/data_ops.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Receiver side of the FIFO protocol (see comm.h) and the GPUDirect flush.
 #include <arpa/inet.h>
 

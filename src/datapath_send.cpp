@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sender side of the FIFO protocol (see comm.h). Hot path: no allocation, no locks, no
 // syscalls beyond the provider's doorbell in post_send.
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Listen-handle encode/decode. The handle crosses NCCL's bootstrap between ranks that may
 // run different builds, so every field is written byte by byte in a fixed order and every
 // read is bounds-checked (this file is fuzzed; it must build with only include/).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Handshake engine (see handshake.h). Everything below the public methods runs on the
 // reactor thread.
 #include "mesh/handshake.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Handshake message encode/parse. The listener parses bytes from anyone who can reach its
 // TCP port, so every field is packed byte by byte in a fixed order, every count is checked
 // before it sizes anything, and the whole message length is validated against the counts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL_MESH_HCA parsing and matching, with NCCL_IB_HCA's semantics so that users can
 // copy a value they already use with NCCL's own IB transport.
 #include "mesh/hca_filter.h"

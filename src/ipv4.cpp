@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // IPv4 helpers for routing and the handle codec. Pure: no sockets (inet_pton accepts
 // forms we do not want, and this file must build standalone for the fuzzer).
 #include "mesh/ipv4.h"

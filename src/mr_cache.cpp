@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory registration: per-device page-aligned caches behind NCCL's regMr/deregMr, and the
 // production Registrar that turns a range into an ibv_mr through the loaded VerbsApi table
 // (never verbs.h's inline wrappers: the plugin must not link against libibverbs).

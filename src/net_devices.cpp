@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL's devices from the discovered ports (see net_devices.h for the choices).
 #include "mesh/net_devices.h"
 

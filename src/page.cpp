@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page geometry from the system; see include/mesh/page.h.
 #include "mesh/page.h"
 

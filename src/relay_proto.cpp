@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Relay message encode/parse (see relay_proto.h). HELLOs arrive from anyone on a link and
 // OPENs from anyone who reaches the relay port, so every count is checked against the
 // length before it sizes anything and every byte read is bounds-checked by construction:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Route discovery (see routes.h). The table is rebuilt from scratch on every change: with
 // at most a few dozen subnets this costs microseconds, and it means no state survives that
 // the live neighbours do not still claim.

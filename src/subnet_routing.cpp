@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Subnet routing: picks the local port(s) cabled to a peer from the addresses alone.
 // Every tie is broken explicitly so the same inputs give the same routes in the same
 // order whatever order discovery listed ports and addresses in: the data path stripes by

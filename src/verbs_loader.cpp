@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "mesh/verbs_loader.h"
 
 #include <dlfcn.h>

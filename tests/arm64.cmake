@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The arm64 tier (ctest -L arm64), registered only in a cross build tree
 # (cmake/toolchain-aarch64-linux-gnu.cmake; scripts/test.sh --tier arm64 uses build-arm64/).
 # The unit and abi tests, built for aarch64 and run under user-mode QEMU through

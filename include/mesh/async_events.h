@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RDMA asynchronous events (ibv_get_async_event), handled on the reactor thread. A fatal
 // QP event fails the comm that owns the QP (found through the QP's context); port, device
 // and CQ errors are logged (the QPs on them then fail through their completions).

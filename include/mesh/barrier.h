@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fences between the CPU and a NIC (docs/DESIGN-notes.md, "Memory ordering"). What a NIC
 // writes is published by a completion; what it reads is handed over by ibv_post_send. The
 // provider puts device barriers around both; these fences add what the compiler and the

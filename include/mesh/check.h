@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Error propagation: every internal function that can fail returns ncclResult_t and its
 // callers propagate it with MESH_CHECK. Nothing here throws or aborts.
 #pragma once

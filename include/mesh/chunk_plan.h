@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How one message is divided over a comm's QPs and into work requests. Pure arithmetic,
 // shared by the send path and its unit tests (which cover sizes beyond 2 GiB).
 #pragma once

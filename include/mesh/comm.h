@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data-path comms: the receiver-driven FIFO protocol over RC QPs.
 //
 // Protocol (one grouped receive = one FIFO slot, seq = per-comm counter, slot = seq % 32):

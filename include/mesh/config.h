@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Settings: the one typed table of NCCL_MESH_* environment variables (plus the few NCCL_*
 // variables NCCL's own IB transport honours that we honour too). Read once at init.
 // A bad value gets a warning naming the variable and the accepted values, then the default.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The verbs calls of the data path (post a send WR chain, post a receive WR, poll a CQ),
 // behind one table of function pointers. Production uses verbsDataOps(): rdma-core's inline
 // ibv_post_send/ibv_post_recv/ibv_poll_cq, which dispatch through the provider's ops in the

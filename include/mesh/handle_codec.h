@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The listen handle NCCL carries between ranks out of band (at most 128 bytes).
 // It tells a connecting peer where our handshake listener is (every mesh address of this
 // node, so the peer can route to the one it is cabled to), and a random token the peer

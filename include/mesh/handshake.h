@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Handshake engine: listen comms, pending connects and pending accepts, all driven by the
 // reactor thread. NCCL's thread calls listen/startConnect/pollConnect/pollAccept/close*,
 // which only create sockets, post work and read published state — they never block.

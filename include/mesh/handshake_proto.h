@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Handshake wire protocol: the binary messages exchanged over the per-connection TCP
 // control socket while two ranks bring their QPs up. Pure code: encode/parse are
 // unit-tested and fuzzed (the listener parses bytes from anyone who can reach its port).

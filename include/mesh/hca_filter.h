@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL_MESH_HCA: which RDMA devices/ports the plugin may use, in NCCL_IB_HCA's syntax.
 //   "mlx5"          devices whose name starts with mlx5 (prefix match), every port
 //   "=mlx5_0,mlx5_1" exact names only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // IPv4 addresses and prefixes as the routing and handle code sees them.
 // Pure code: no sockets, no logging. Addresses are held in host byte order.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging for every module: messages go through NCCL's logger when NCCL gave us one
 // (init), otherwise to stderr, filtered by NCCL_DEBUG (WARN by default).
 // Owns: the process-wide logger pointer. Thread-safe: the pointer is atomic and NCCL's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory registration: NCCL's regMr/regMrDmaBuf/deregMr. A handle covers the buffer on
 // EVERY RDMA device of the node (regIsGlobal=1: NCCL may use a registration made through one
 // comm with any other comm of the same NCCL device, and in node mode different comms use

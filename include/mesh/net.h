@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Core entry points behind the ABI layer, one per ncclNet call, with internal types only.
 // The ABI layer validates pointers and translates; these own the semantics.
 #pragma once

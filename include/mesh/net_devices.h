@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What NCCL sees as network devices, built from the discovered ports. Pure code (no verbs),
 // unit-tested.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NIC discovery: finds every port the mesh can use — ACTIVE, Ethernet link layer, with
 // RoCEv2 GIDs that carry IPv4 addresses — and what routing and the data path need to know
 // about it (netdev, IPv4 prefixes, GID index per address, MTU, speed, PCI path, GUID,

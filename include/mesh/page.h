@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page geometry. The page size always comes from the system (sysconf(_SC_PAGESIZE)): 4 KiB
 // on x86-64, but 4, 16 or 64 KiB on aarch64 depending on the kernel (some Grace/GB10
 // distributions run 64 KiB pages). Everything that depends on it takes it as a parameter,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin core: process-wide state behind the ABI layer — settings, the verbs library,
 // discovered ports, the NCCL device list, the handshake reactor, and the tables of comms
 // and connects handed to NCCL. It is the one owner of every verbs object that is not a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // QP lifecycle: RC queue pairs and completion queues, owned by RAII wrappers, moved
 // RESET→INIT→RTR→RTS by one function per state change, each driven by an attribute struct
 // with an explicit mask. Teardown is ERR → (caller drains the CQ) → destroy, best-effort:

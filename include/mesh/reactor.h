@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The handshake reactor: ONE background thread per process (epoll) that owns every
 // handshake socket and RDMA async-event fd. NCCL's threads never block on the network:
 // they hand work to the reactor with post() and poll state that the reactor publishes.

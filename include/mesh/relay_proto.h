@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Relay wire protocol (issue 15): the link-local HELLO that route discovery sends on every
 // mesh port, and the RELAY-OPEN request/reply a connecting node A exchanges with the relay
 // service of its next hop B to reach a listener C it has no cable to. Pure code:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Route discovery for the relay (issue 15): which neighbour reaches which subnet, so that a
 // connect to a peer with no shared cable can pick the neighbour that forwards for it.
 // Pure code: no sockets, no clock, no logging. The time is passed in; HELLOs arrive as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Subnet routing: which local port(s) reach a peer. In a switchless mesh every cable is
 // its own subnet, so the local address that shares a subnet with one of the peer's
 // addresses identifies the port cabled to that peer. Pure functions, unit-tested.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small text helpers shared by the settings and filter parsers. Header-only.
 #pragma once
 

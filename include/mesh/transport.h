@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seam between the handshake (TCP, on the reactor thread) and the RDMA resources of a
 // connection. The handshake engine only sees this interface, so its state machine runs in
 // unit tests with a fake transport and no RDMA.

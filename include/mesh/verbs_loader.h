@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Verbs loader: rdma-core's libibverbs is dlopen'ed at init (no link-time dependency), so a
 // machine without rdma-core loads the plugin fine and just reports zero devices.
 // Symbols are bound with dlvsym at rdma-core's version nodes: the core API at IBVERBS_1.1,

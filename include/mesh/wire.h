@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Little-endian field packing shared by the wire formats (listen handle, handshake, relay).
 // Header-only and dependency-free, so the codecs still build standalone for the fuzzers.
 #pragma once

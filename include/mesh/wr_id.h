@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // wr_id encoding: completions are mapped back to requests by index + generation, never by
 // raw pointer, so a stale completion for a recycled request is recognized and dropped.
 //   bits  0..7   kind (WrKind)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # vmesh guest stage 2: runs inside every guest as root, chrooted into the host's
 # root file system, with the host's own iproute2 and rdma-core.
 #

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # vmesh guest stage 1: /init of the busybox initramfs that scripts/vmesh builds.
 #
 # Loads the kernel modules the lab needs, mounts the host's root file system

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ABI boundary shared by every ncclNet version the plugin exports (src/abi/net_v*.cpp).
 // Owns: the boundary rules — validate NCCL's pointers, call the core (mesh/net.h), catch
 // everything, map the outcome to ncclResult_t — and the entry points whose signature is the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Communicator contexts for ncclNet v11 and v12 (see comm_context.h).
 #include "comm_context.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Communicator contexts, the part of the ncclNet ABI that v11 (NCCL 2.28+) introduced and
 // v12 (NCCL 2.30) keeps unchanged: both tables (net_v11.cpp, net_v12.cpp) use these entry
 // points.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ncclNet v10 ABI (NCCL 2.26, 2.27; NCCL 2.28+ also drives v10 plugins through its shim).
 // A thin adapter over abi_common.h: v9 plus NCCL's profiler callback (accepted, not used:
 // the plugin emits no profiler events), profiler handles on isend/irecv (ignored), and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ncclNet v11 ABI (NCCL 2.28, 2.29; NCCL 2.30 prefers v12). A thin table over
 // abi_common.h and the per-communicator contexts of comm_context.h.
 // makeVDevice stays NULL, as in v9 (see net_v9.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ncclNet v12 ABI (NCCL 2.30, which looks for it first). The same 21 entry points as
 // v11 (comm_context.h) with the v12 properties: 8 virtual-device slots, railId and planeId
 // (net_devices.h says why every mesh device reports rail 0, plane 0).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ncclNet v8 ABI (NCCL 2.20 to 2.23; newer NCCLs use v9+ when the plugin has them).
 // A thin adapter over abi_common.h: v8 differs from the shared entry points only in its int
 // sizes, which it checks and widens here.

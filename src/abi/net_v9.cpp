@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ncclNet v9 ABI (NCCL 2.24, 2.25; newer NCCLs prefer v10/v11). A thin adapter over
 // abi_common.h: v8's calls with size_t message sizes and the v9 properties.
 //

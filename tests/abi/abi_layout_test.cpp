@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // abi_layout: the v8 structs NCCL reads, compiled from nccl/net_v8.h alone. The header
 // pins these offsets with static_assert too; this test repeats them where ctest reports
 // them, and checks them again at run time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // abi_load: the built plugin loaded exactly as NCCL loads it. The library is found by name
 // through LD_LIBRARY_PATH (ctest sets it to the plugin's directory), opened with
 // RTLD_NOW | RTLD_LOCAL, and driven only through the ncclNetPlugin_v8 table. This

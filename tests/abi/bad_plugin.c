@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A deliberately wrong plugin for abi_exports' own tests: it exports a second symbol and
  * (when libibverbs could be linked) references ibv_get_device_list directly. check_exports.sh
  * must reject it; see tests/abi/CMakeLists.txt. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # abi_exports: the plugin's whole dynamic interface is the five tables NCCL looks up
 # (ncclNetPlugin_v8, _v9, _v10, _v11, _v12), and
 # it has no link-time dependency on rdma-core (libibverbs is dlopen'ed at init).

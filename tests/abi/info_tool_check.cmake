@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # info_tool_no_rdma: nccl-mesh-info on a node without a usable RDMA port.
 #   cmake -DTOOL=/path/to/nccl-mesh-info -P info_tool_check.cmake
 # Checks exit statuses (1 no usable port, 64 usage error, 0 --help) and that the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // plugin_threads.h: counts the plugin's own threads in this process, for the ABI load tests.
 //
 // The plugin names its one thread (the handshake reactor) "mesh-handshake"; see

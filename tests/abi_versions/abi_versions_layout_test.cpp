@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // abi_versions_layout: the v9, v10, v11 and v12 structs NCCL reads, compiled from nccl/
 // alone. The headers pin the same offsets with static_assert; this test repeats every one
 // where ctest reports it. Offsets are NCCL's (src/include/plugin/net/net_v9.h, net_v10.h,

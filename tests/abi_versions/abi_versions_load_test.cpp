@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // abi_versions_load: the built plugin loaded as NCCL loads it, driven through EACH of its
 // five tables (ncclNetPlugin_v8, _v9, _v10, _v11, _v12). The library is found by name through
 // LD_LIBRARY_PATH (ctest sets it), opened RTLD_NOW | RTLD_LOCAL, and reached only through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One C++ interface over the plugin's five ncclNet tables (v8, v9, v10, v11, v12), for test
 // drivers that exercise every ABI the same way (e.g. `mesh_e2e --api v8|...|v12`).
 // Header-only and standalone: it needs only nccl/ (net_v12.h pulls in v11, v10, v9, v8)

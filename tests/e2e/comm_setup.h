@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bringing comms up the way NCCL does: connect() and accept() never block; they return
 // success with a NULL comm until the connection is there, and are called again with the
 // same handle pointer. One thread drives every pending connect and accept round-robin,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every scenario gets: who this rank is, the loaded plugin, the rendezvous directory
 // and the global deadline. Built once by main() from the command line and the lab's
 // environment (VMESH_RANK, VMESH_NODES, VMESH_SHARED, VMESH_TOPOLOGY, VMESH_LINKS).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mesh_e2e support: failures, clocks and deadlines, console output, the watchdog that
 // turns any hang into a clear FAIL, and command-line options.
 // Owns: the process-wide output label ("[e2e r<rank>]"), the current phase text and the

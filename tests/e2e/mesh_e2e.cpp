@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mesh_e2e: end-to-end scenarios for the nccl-mesh plugin, run on every node of a mesh
 // (the lab: scripts/vmesh run --nodes N -- mesh_e2e SCENARIO ...). Talks to the plugin
 // only as NCCL does: dlopen + ncclNetPlugin_v<N> (--api). Each rank prints one line

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plugin as NCCL sees it: dlopen("libnccl-net-mesh.so", RTLD_NOW | RTLD_LOCAL) through
 // LD_LIBRARY_PATH, dlsym("ncclNetPlugin_v<8..12>") (--api), init with a capturing
 // logger. Every call goes through netapi::NetApi (tests/abi_versions/net_api.h), so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the scenarios measure outside the plugin: open file descriptors, the RDMA resource
 // counts and the port counters. Two backends: the kernel's (`rdma res show`, rxe's sysfs
 // hw_counters; the QEMU lab) and the userspace fabric's (tests/fabric: its stats files,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Out-of-band exchange between the ranks through files in a directory every rank can
 // write ($VMESH_SHARED in the lab: a 9p mount with cache=none, shared by all guests).
 // A file appears whole or not at all: written under a temporary name, then rename()d.

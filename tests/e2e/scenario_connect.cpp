@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Connection scenarios: many comms at once over a full mesh (connect-mesh), the routing
 // error for an uncabled peer (ring-diagonal), and 200 open/use/close cycles with a leak
 // check (cycles).

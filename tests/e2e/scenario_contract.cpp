@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What NCCL's proxy relies on, end to end through the exported ABI (issue 12):
 //  contract      2 nodes, one connection rank 0 -> rank 1: a grouped receive of 8 with the
 //                sends in reverse; four groups of 8 on one recvComm with the sends shuffled

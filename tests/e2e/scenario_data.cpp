@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data scenarios between two ranks: every size and receive shape NCCL uses, checked byte
 // for byte (pair), and striping over parallel links checked on the NIC counters (links).
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Failure scenarios: a peer that never accepts, dies while listening, is killed with a
 // receive posted, while the comms are idle, or while this rank's send is on the wire
 // (dead-peer); comms closed with requests in flight (close-inflight). In every case the

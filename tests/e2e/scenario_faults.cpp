@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fault injection beyond dead peers: a cable cut under traffic (link-down), the library
 // unloaded and loaded again with no thread or object left behind (reload), hostile or
 // careless callers (bad-input: random and damaged handles, NULL pointers, double closes,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ring all-reduce through the plugin (reduce-scatter, then all-gather) of float32 vectors
 // whose sums are exact, with every chunk split over --pairs concurrent comm pairs to each
 // neighbour. `allreduce` checks it; `demo` also shows which port carries each peer's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scenarios (one function each, dispatched by name from main) and the checks several
 // of them share: routing of connections as the plugin's INFO `conn` lines report it, and
 // resource snapshots for leak checks.

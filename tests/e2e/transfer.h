@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Moving data through the plugin as NCCL does: registered host buffers, isend/irecv
 // (grouped receives of up to 8 tagged buffers), test() polling, and the checks.
 //  - isend and irecv may return a NULL request ("not yet": the receiver has not posted,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The fabric half of the arm64 tier (label arm64): tests/e2e's scenarios with the cross-built
 # plugin and drop-in (meshfab) on scripts/fabric-net's namespaces, mesh_e2e run by
 # qemu-aarch64 in every namespace. fabric-net itself, iproute2 and the shell are the host's.

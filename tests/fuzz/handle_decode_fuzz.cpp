@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the listen-handle decoder: a peer (or a corrupted bootstrap) controls every byte.
 // Under ASan/UBSan this checks decodeHandle never reads past len, and that whatever it
 // accepts re-encodes to exactly the bytes it read (no field silently dropped or altered).

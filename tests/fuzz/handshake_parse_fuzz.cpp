@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the handshake parser: the listener parses bytes from anyone who can reach its TCP
 // port. Under ASan/UBSan this checks that handshakeLength and parseHandshake never read
 // past len, that the two agree on where a message ends, and that whatever parse accepts

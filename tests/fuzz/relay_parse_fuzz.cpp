@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the relay parser: HELLOs come from anyone on a mesh link and OPENs from anyone who
 // reaches the relay port. Under ASan/UBSan this checks that relayMessageLength and
 // parseRelay never read past len, that the two agree on where a message ends, and that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the NCCL_MESH_ROUTES parser (text a person typed, or a launcher generated): it must
 // never crash or read out of bounds, must explain every refusal, and what it accepts must
 // format back to text that parses to the same routes.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs in every guest: nccl-mesh-info must list exactly this node's rxe ports with the
 # lab's addresses, /24 prefixes and RoCEv2 GID index 1, and route every address of every
 # other node that shares a cable with us to the port on that cable (and fail for the rest).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Lab checks that run inside every vmesh guest: `lab_guest.sh STEP...`.
 #
 #   devices      the RDMA devices are exactly those the topology cables, each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=sh disable=SC3043  # `local`: dash, bash and busybox sh have it
 # Helpers for lab test scripts that run inside vmesh guests (POSIX sh; sourced).
 #

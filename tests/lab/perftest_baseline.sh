@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Raw-verbs baselines across one lab link (run by vmesh on 2+ guests): perftest's
 # ib_write_bw at 64 KiB and 1 MiB and ib_write_lat at 8 bytes, rank 1 serving,
 # rank 0 measuring. Rank 0 prints one line per figure:

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs in every guest: nccl-mesh-info --routes must list this node's links as attached
 # relay routes, and with NCCL_MESH_ROUTES sending every subnet we are not on through our
 # first neighbour, show that route for each of them and, for a peer address on such a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Full lab scenarios with the plugin and the driver built under ASan+UBSan, LeakSanitizer
 # on: every allocation the plugin makes while connecting, moving data, failing and
 # unloading must be freed (or still reachable) when the process exits.

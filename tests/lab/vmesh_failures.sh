@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Host-side checks that vmesh reports failing guests and cleans up after itself.
 #
 #   vmesh_failures.sh VMESH BUILD_DIR

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The chunk plan: shares over QPs tile the message exactly, are 128-byte aligned, and WR
 // counts respect the per-WR limit — including sizes beyond 2 GiB (v9+ sends).
 #include <gtest/gtest.h>

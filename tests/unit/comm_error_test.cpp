@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a comm learns of errors, without RDMA: a comm with no links, fed work completions
 // and asynchronous events directly.
 // - Which work-completion error it reports. When a QP enters the error state, its

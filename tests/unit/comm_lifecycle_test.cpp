@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A connection's verbs objects and per-connection settings, over the fake RDMA
 // (fifo_pair.h), without hardware:
 //  - teardown: every QP moves to ERR and is drained before the memory its WRs name is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fake RDMA devices and wire of fake_rdma.h.
 #include "fake_rdma.h"
 

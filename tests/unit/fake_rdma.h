@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A userspace stand-in for RDMA devices and the wire between them, for unit tests that run
 // the FIFO engine (SendComm/RecvComm) of two ends in one process, with no RDMA.
 //

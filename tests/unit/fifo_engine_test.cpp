@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The FIFO engine driven the way NCCL's proxy drives a net plugin, without RDMA: a sender
 // and a receiver comm in one process over the fake wire (fifo_pair.h). Each test names the
 // NCCL source whose behaviour it pins:

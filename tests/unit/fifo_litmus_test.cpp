@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Litmus test of the FIFO slot publish/consume protocol (comm.h, fifoSlotArrived) between two
 // threads: a writer that stands in for the receiver's NIC, placing each slot in order (seqHead,
 // the fields, seqTail last, as the bytes of one RDMA WRITE land), and a reader that runs the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The in-process connection of fifo_pair.h.
 #include "fifo_pair.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two ends of one connection in one process, over the fake RDMA of fake_rdma.h: node A
 // (devices a0, a1, ...) holds the SendComm, node B (b0, b1, ...) the RecvComm, one device
 // and port per link. Both comms are built and connected exactly as the handshake does it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The handshake state machine without RDMA: a fake transport stands in for QPs, and two
 // Handshakers talk over 127.0.0.1 through the real reactor, sockets and wire format.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lab's addressing for routing tests (subnet routing, relay routes): link L between
 // nodes a < b is 198.18.L.0/24, node n has 198.18.L.(n+1) on it, and a node's NICs are its
 // links in link order, labelled rxe_l<L>:1 with GID index 10 + L.

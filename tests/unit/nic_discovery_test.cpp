@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pure parts of NIC discovery: GID decoding, speed/MTU tables, the sysfs GID fallback.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page geometry (mesh/page.h) and what depends on it, with 4, 16 and 64 KiB pages: the
 // registration cache's rounding and the whole-page rule for memory that rdma-core's fork
 // protection (MADV_DONTFORK on the registered range) covers. The kernel's page size cannot

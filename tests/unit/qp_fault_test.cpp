@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resource exhaustion in the QP lifecycle, without RDMA: a fake verbs table hands out
 // CQs and QPs it owns, counts every create and destroy, and fails the calls a test names
 // (ENOMEM as when the device's max_qp is reached, EINVAL for bad capacities, errors on

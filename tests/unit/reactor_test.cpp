@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The handshake reactor: tasks run on its thread, fd handlers fire, timers repeat and stop,
 // and stop() joins the thread (no thread outlives it).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "mesh/relay_proto.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "mesh/subnet_routing.h"
 
 #include "lab_topology.h"

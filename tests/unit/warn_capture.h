@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The WARN lines the code under test logs, for tests that check them: installs itself as
 // the plugin's logger while alive (one at a time; the logger is a plain function pointer).
 #pragma once

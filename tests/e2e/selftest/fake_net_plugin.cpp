@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stand-in ncclNet v8 plugin over TCP, for testing mesh_e2e itself on one host without
 // RDMA (the e2e selftest tier). NOT a model of the real plugin's internals; it only keeps
 // the ABI semantics the driver relies on:

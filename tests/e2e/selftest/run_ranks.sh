@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs one command as every rank of a pretend mesh on this host, the way vmesh runs it in
 # every guest: VMESH_RANK/NODES/TOPOLOGY/LINKS set, VMESH_SHARED a fresh shared directory,
 # LD_LIBRARY_PATH the plugin directory. Output lines are prefixed "[rank] "; exits 0 only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // scale_bench: connection setup time and memory per comm through the plugin, on every node
 // of a fabric-net full mesh, for 1..N-1 peers x 1..32 comms per peer and direction.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport_bench: the measurement that chose the fabric's transport between processes.
 //
 // Two processes (fork) move messages from a buffer in one into a buffer in the other, the

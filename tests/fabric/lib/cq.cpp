@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Completion queues and completion channels. A CQ is a ring of `cqe` entries; one that
 // overflows raises IBV_EVENT_CQ_ERR and drops the completion (as rxe does). Polling a send
 // or receive completion frees the work-queue slots up to it, as mlx5 does: the slots of

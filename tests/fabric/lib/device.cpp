@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Devices, contexts and their queries: one RoCE v2 device per selected netdev of the
 // caller's network namespace, each with one Ethernet port whose GID table holds the
 // link-local GID (index 0) and one IPv4-mapped GID per address (index 1, ...), all RoCE v2,

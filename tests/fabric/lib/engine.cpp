@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RC transport protocol, as a RoCE NIC runs it:
 //   requester  sends each WR as packets of at most MESHFAB_SEGMENT_KB payload, in order,
 //              round robin between the QPs that share a connection; keeps every WR until

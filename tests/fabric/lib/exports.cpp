@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rest of rdma-core's libibverbs ABI: string tables, rate conversions, fork support,
 // sysfs helpers, and the calls this fabric does not emulate (UD address handles, SRQs,
 // multicast, ECE, imports), which fail the way rdma-core fails them for a provider that

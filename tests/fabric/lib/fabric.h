@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // meshfab: a userspace RoCE v2 fabric behind rdma-core's libibverbs ABI.
 //
 // Owns the process-wide state of the library: the devices found on this network

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Protection domains and memory regions: keys, access flags, range checks, the locked-
 // memory limit as the kernel applies it, and the emulated DMA copies.
 #include <linux/capability.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RC queue pairs: creation with the device's limits, the state machine with the attribute
 // masks the kernel requires for each transition (ib_modify_qp_is_ok), address resolution at
 // RTR as RoCE does it (the destination must be reachable from the port), posting with the

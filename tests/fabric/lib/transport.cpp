@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Between processes: the fabric directory (endpoints, the QPN registry, GIDs, stats),
 // connections (a Unix socket hands over a memfd with two rings, then only signals death by
 // EOF), doorbells, and the NIC thread. Also the process-wide instance, its settings, and

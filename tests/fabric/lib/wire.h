@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What crosses between processes on the fabric: the shared-memory rings, the status page
 // every process shares with its peers, the packet header, and the handshake on the Unix
 // socket that hands the ring over. Every layout is pinned by static_assert; both ends are

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The drop-in libibverbs.so.1 must define every IBVERBS_* symbol, at the version node it is
 # referenced at, that the rdma-core consumers installed here reference: ibv_devinfo,
 # ibv_rc_pingpong, perftest's ib_write_bw/ib_write_lat, librdmacm, and the providers

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs CMD (verbs_check on 2 nodes, under vmesh or fabric-net) and checks every
 # "OBSERVED <case> ..." line it prints against the BACKEND column (rxe or meshfab) of
 # tests/fabric/verbs_semantics.txt. Fails when a case is missing, differs, or CMD fails.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/e2e's scenarios with the plugin, mesh_e2e AND the fabric library built under a
 # sanitizer, on scripts/fabric-net namespaces.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Support for the fabric's multi-process check programs (run on every node by
 // scripts/fabric-net): failures, deadlines, and a two-rank rendezvous through files in
 // $VMESH_SHARED (written under a temporary name, then renamed; read by polling with a

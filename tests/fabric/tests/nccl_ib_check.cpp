@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nccl_ib_check: loads libibverbs exactly as NCCL's IB transport does (NCCL 2.28
 // src/misc/ibvsymbols.cc: dlopen("libibverbs.so"), then "libibverbs.so.1"; every symbol
 // by dlvsym at "IBVERBS_1.1", ibv_reg_mr_iova2 at 1.8, ibv_reg_dmabuf_mr at 1.12,

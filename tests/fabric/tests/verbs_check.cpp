@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // verbs_check: what a RoCE verbs provider does in the corner cases the plugin (and NCCL)
 // depend on, run unchanged on both backends: Soft-RoCE in the QEMU lab (rxe, the kernel's
 // semantics) and the userspace fabric (tests/fabric). Each case runs on two ranks (rank 0

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fabric's equivalent of `rdma res show` and rxe's sysfs hw_counters: every process
 // that opens a fabric device maps one file <fabric dir>/stats/<pid>.<nonce> holding, per
 // device, its object counts (pd, cq, qp, mr, ctx) and port counters named as rxe names
