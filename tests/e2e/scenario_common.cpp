@@ -125,4 +125,13 @@ std::string compareToBaseline(const Snapshot& base, double seconds, Snapshot* no
   }
 }
 
+int threadsSettled(int base, double seconds) {
+  Deadline d(seconds, "the thread count to return to the baseline");
+  for (;;) {
+    int n = countThreads();
+    if (n == base || d.expired()) return n;
+    pollPause(50 * 1000);
+  }
+}
+
 }  // namespace e2e

@@ -432,7 +432,7 @@ std::string abortReload(Context& ctx) {
     if (libraryMapped(libName)) fail("abort-reload cycle %d: %s still mapped after dlclose", c, libName);
     setPhase(format("abort-reload cycle %d: dlopen + init", c));
     ctx.net.load(ctx.pluginPath, ctx.api, ctx.trafficClass, ctx.verbose);
-    int threads = countThreads();
+    int threads = threadsSettled(baseThreads, 5);
     if (threads != baseThreads) fail("abort-reload cycle %d: %d threads, %d before the first cycle", c, threads, baseThreads);
     Snapshot now;
     std::string leak = compareToBaseline(base, 10, &now);
@@ -449,8 +449,9 @@ std::string abortReload(Context& ctx) {
   ctx.net.load(ctx.pluginPath, ctx.api, ctx.trafficClass, ctx.verbose);
   Snapshot now;
   std::string leak = compareToBaseline(base, 10, &now);
-  if (countThreads() != baseThreads || !leak.empty()) {
-    fail("abort-reload: after an unload with comms open: %d threads (before: %d), %s", countThreads(), baseThreads,
+  int threads = threadsSettled(baseThreads, 5);
+  if (threads != baseThreads || !leak.empty()) {
+    fail("abort-reload: after an unload with comms open: %d threads (before: %d), %s", threads, baseThreads,
          leak.c_str());
   }
   ctx.rv->publish("abort.done", "");

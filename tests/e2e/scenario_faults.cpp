@@ -358,7 +358,7 @@ std::string reload(Context& ctx) {
     setPhase(format("reload round %d: unloading", round));
     ctx.net.unload();
     if (libraryMapped(libName)) fail("reload round %d: %s is still mapped after dlclose", round, libName);
-    int threads = countThreads();
+    int threads = threadsSettled(baseThreads, 5);
     if (threads != baseThreads) {
       fail("reload round %d: %d threads after dlclose, %d before the plugin was loaded: a thread "
            "outlived the library", round, threads, baseThreads);

@@ -82,5 +82,9 @@ struct Snapshot {
 Snapshot stableSnapshot(double seconds);
 // Polls until `now` matches `base` (at most `seconds`); returns "" or what differs.
 std::string compareToBaseline(const Snapshot& base, double seconds, Snapshot* now);
+// The thread count once it equals `base`, or after `seconds` whatever it is then. A thread
+// the plugin joined at unload can still be listed in /proc/self/task for a moment (the
+// kernel reaps it after pthread_join returned), so a count taken at once may be one high.
+int threadsSettled(int base, double seconds);
 
 }  // namespace e2e
