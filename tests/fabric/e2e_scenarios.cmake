@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: Apache-2.0
+# tests/e2e's scenarios on the userspace fabric: the one list both the fabric tier
+# (tests/fabric/CMakeLists.txt) and the arm64 tier (arm64.cmake) register, each through its
+# own fabric_scenario(NAME NODES DEADLINE FABRIC_NET_ARGS... -- SCENARIO_ARGS...) macro.
+fabric_scenario(connect_mesh 3 60 -- connect-mesh)
+fabric_scenario(ring_diagonal 4 60 --topology ring -- ring-diagonal)
+fabric_scenario(cycles 2 120 -- cycles --count 200)
+foreach(mode never-accept listener-dies peer-killed idle mid-send)
+  string(REPLACE "-" "_" mode_name ${mode})
+  fabric_scenario(dead_peer_${mode_name} 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- dead-peer --mode ${mode})
+endforeach()
+fabric_scenario(pair 2 60 -- pair)
+fabric_scenario(pair_v9 2 60 -- pair --api v9)
+fabric_scenario(pair_v10 2 60 -- pair --api v10 --traffic-class 96)
+fabric_scenario(pair_v11 2 60 -- pair --api v11)
+fabric_scenario(chunked_v11 2 60 --env NCCL_MESH_CHUNK_SIZE=64K -- pair --api v11 --big 4194305 --iters 1)
+fabric_scenario(pair_flush 2 60 --env NCCL_MESH_FORCE_FLUSH=1 -- pair)
+fabric_scenario(allreduce_3 3 60 -- allreduce --pairs 4)
+fabric_scenario(allreduce_ring4 4 60 --topology ring -- allreduce --pairs 4)
+fabric_scenario(links 2 60 --links 2 -- links)
+fabric_scenario(close_inflight 2 60 -- close-inflight)
+fabric_scenario(demo_3 3 60 -- demo)
+# The fabric has no spurious retransmissions (the lab keeps the default timeout 20, see
+# tests/e2e/CMakeLists.txt): the cut side fails in 8 x 67 ms, the far side by keepalive.
+fabric_scenario(link_down 3 60 --env NCCL_MESH_PEER_TIMEOUT_MS=5000 --env NCCL_MESH_IB_TIMEOUT=14 -- link-down)
+fabric_scenario(reload 2 60 -- reload --rounds 3)
+fabric_scenario(bad_input 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- bad-input)
+fabric_scenario(memlock 2 60 -- memlock)
+# NCCL's proxy contract (issue 12): tags out of slot order, truncation, 256 outstanding,
+# abandoned connects with dlclose, a fork mid-traffic.
+fabric_scenario(contract_v8 2 60 -- contract)
+fabric_scenario(contract_v11 2 60 -- contract --api v11 --traffic-class 96)
+fabric_scenario(abort_reload 2 120 -- abort-reload --api v11 --cycles 20)
+fabric_scenario(fork 2 60 -- fork)
+# Beyond the lab's 4 nodes: 8 ranks, 4 comm pairs per neighbour.
+fabric_scenario(allreduce_mesh8 8 120 -- allreduce --pairs 4)
+fabric_scenario(allreduce_ring8 8 120 --topology ring -- allreduce --pairs 4)
+fabric_scenario(connect_mesh8 8 120 -- connect-mesh --comms 4)
