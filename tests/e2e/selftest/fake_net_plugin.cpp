@@ -4,8 +4,9 @@
 // the ABI semantics the driver relies on:
 //  - connect/accept never block: a helper thread per pending connect; connect returns the
 //    comm only after the listener's side called accept() (it sends the ACK then);
-//  - receiver-driven isend: a NULL request until the receiver's irecv (a CTS message) has
-//    arrived; grouped receives of up to 8 tagged buffers, sizes reported per buffer;
+//  - receiver-driven isend: a NULL request until the receiver's irecv (a CTS message) with a
+//    buffer of that tag has arrived; grouped receives of up to 8 tagged buffers, sizes
+//    reported per buffer; a send larger than its buffer is truncated to it;
 //  - a peer that dies or closes turns pending requests into ncclRemoteError;
 //  - the conn INFO lines and the routing WARN of the real plugin, with lab-style addresses
 //    computed from VMESH_RANK/VMESH_NODES/VMESH_TOPOLOGY/VMESH_LINKS;
@@ -350,7 +351,10 @@ ncclResult_t fIsend(void* sc, void* data, int size, int tag, void*, void** req) 
   int idx = -1;
   for (int i = 0; i < x.n; ++i) if (!x.used[i] && x.tags[i] == tag) { idx = i; break; }
   if (idx < 0) return ncclSuccess;
-  if (size > x.sizes[idx]) { LOG(NCCL_LOG_WARN, "NET/Mesh : send %d > recv %d", size, x.sizes[idx]); return ncclInvalidUsage; }
+  if (size > x.sizes[idx]) {  // as NCCL IB and the real plugin: truncate to the posted size
+    LOG(NCCL_LOG_WARN, "NET/Mesh : send %d > recv %d: truncated", size, x.sizes[idx]);
+    size = x.sizes[idx];
+  }
   x.used[idx] = true;
   Req* r = new Req;
   r->send = true;
