@@ -134,23 +134,21 @@ install_packages() {
     quietly "installing ${required[*]}" apt_install "${required[@]}"
     echo "setup: packages: installed ${required[*]}"
   fi
-  if [ ${#optional[@]} -gt 0 ]; then
-    echo "+ apt-get install ${optional[*]}" >>"$LOG"
-    if apt_install "${optional[@]}" >>"$LOG" 2>&1; then
-      echo "setup: packages: installed ${optional[*]}"
-    else
-      echo "setup: warning: could not install ${optional[*]} (see $LOG);" \
-           "the fuzz and lab tiers need them"
-    fi
-  fi
-  if [ ${#arm64[@]} -gt 0 ]; then
-    echo "+ apt-get install ${arm64[*]}" >>"$LOG"
-    if apt_install "${arm64[@]}" >>"$LOG" 2>&1; then
-      echo "setup: packages: installed ${arm64[*]}"
-    else
-      echo "setup: warning: could not install ${arm64[*]} (see $LOG);" \
-           "the arm64 tier and the aarch64 lab need them"
-    fi
+  install_optional "the fuzz and lab tiers need them" "${optional[@]}"
+  install_optional "the arm64 tier and the aarch64 lab need them" "${arm64[@]}"
+}
+
+# install_optional WHO_NEEDS_THEM PACKAGE...: installs them if any are given; a failure is a
+# warning naming who needs them, not fatal.
+install_optional() {
+  local who=$1
+  shift
+  [ $# -gt 0 ] || return 0
+  echo "+ apt-get install $*" >>"$LOG"
+  if apt_install "$@" >>"$LOG" 2>&1; then
+    echo "setup: packages: installed $*"
+  else
+    echo "setup: warning: could not install $* (see $LOG); $who"
   fi
 }
 
