@@ -90,8 +90,10 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
 // aarch64 kernels), page-aligned: with ibv_fork_init rdma-core marks registered pages
 // MADV_DONTFORK, and a page shared with other heap data would vanish from a forked child
 // under that data.
+size_t Comm::ctrlBytes() const { return std::max(sizeof(SendCtrl), sizeof(RecvCtrl)); }
+
 ncclResult_t Comm::allocCtrl() {
-  size_t need = std::max(sizeof(SendCtrl), sizeof(RecvCtrl));
+  size_t need = ctrlBytes();
   ctrlMem_ = allocPages(need, systemPageSize(), &ctrlSize_);
   MESH_REQUIRE(ctrlMem_ != nullptr, ncclSystemError, "cannot allocate %zu bytes of control memory", need);
   return ncclSuccess;
@@ -324,6 +326,7 @@ ncclResult_t Comm::progress() {
       if (n < 16) break;
     }
   }
+  if (failure_ == ncclSuccess) afterPoll();
   return failure_;
 }
 
@@ -396,6 +399,7 @@ void Comm::close() {
   //    memory itself. Best effort: each step is logged on failure and the rest still runs.
   for (int q = 0; q < nqps_; ++q) qps_[q].qp.reset();
   for (int s = 0; s < ndevs_; ++s) devs_[s].flushQp.reset();
+  releaseExtra();
   for (int s = 0; s < ndevs_; ++s) {
     DevSlot& d = devs_[s];
     if (d.ctrlMr != nullptr && d.dev->api().deregMr(d.ctrlMr) != 0) {

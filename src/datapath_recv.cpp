@@ -98,6 +98,7 @@ ncclResult_t RecvComm::postSlots(int n, void** data, const size_t* sizes, const 
     s.size = sizes[r];
     s.tag = tags[r];
     s.nreqs = n;
+    s.relayRing = 0;  // a direct receiver
     s.seqTail = seqMark;
   }
   Qp& ctrlQp = qps_[0];

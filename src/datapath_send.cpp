@@ -99,7 +99,8 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
 ncclResult_t SendComm::queueGroup(int slot) {
   Group& g = groups_[slot];
   for (int r = 0; r < g.nreqs; ++r) ctrl()->sizesStage[slot][r] = g.reqs[r]->size;
-  g.pendingQps = nqps_;
+  // A relayed group travels on QP 0 alone (its chunks must reach the relay in ring order).
+  g.pendingQps = ctrl()->fifo[slot][0].relayRing != 0 ? 1 : nqps_;
   postQueue_[(postHead_ + postCount_) % kFifoDepth] = slot;
   ++postCount_;
   ++seq_;
@@ -186,6 +187,13 @@ ncclResult_t SendComm::pump() {
   while (postCount_ > 0) {
     int slot = postQueue_[postHead_];
     bool all = true;
+    if (ctrl()->fifo[slot][0].relayRing != 0) {
+      MESH_CHECK(postRelayed(slot, &all));
+      if (!all) return ncclSuccess;
+      postHead_ = (postHead_ + 1) % kFifoDepth;
+      --postCount_;
+      continue;
+    }
     for (int q = 0; q < nqps_; ++q) {
       if (groups_[slot].cursor[q].done) continue;
       bool finished = false;
@@ -197,6 +205,89 @@ ncclResult_t SendComm::pump() {
     --postCount_;
   }
   return ncclSuccess;
+}
+
+// A relayed group (the receiver is a relay node's staging ring; docs/relay.md): on QP 0,
+// first the group's sizes into the relay's sizes[slot] (a plain WRITE), then every
+// entry's bytes in order, cut into chunks of the ring's slot size, each a WRITE_WITH_IMM
+// into the next ring slot once the relay has freed it (SendCtrl::relayReleased), its
+// immediate the chunk's byte count; the group's last WR carries kRelayLastChunk (a 0-byte
+// WRITE_WITH_IMM when the group has no bytes left to carry it). RC executes one QP's WRs
+// in order, so the relay sees the sizes before the first chunk and chunks in ring order.
+ncclResult_t SendComm::postRelayed(int slot, bool* finished) {
+  *finished = false;
+  Group& g = groups_[slot];
+  Cursor& c = g.cursor[0];
+  Qp& qp = qps_[0];
+  const FifoSlot& ring = ctrl()->fifo[slot][0];
+  uint32_t chunk = relayRingChunk(ring.relayRing);
+  uint64_t depth = relayRingDepth(ring.relayRing);
+  if (chunk == 0 || depth == 0 || chunk > kRelayLastChunk - 1) {
+    fail("corrupt relay ring geometry in a FIFO slot from the relay", ncclRemoteError);
+    return failure_;
+  }
+  uint64_t released = __atomic_load_n(&ctrl()->relayReleased, __ATOMIC_ACQUIRE);
+  int budget = std::min(qp.credits, kMaxBatch);
+  int count = 0;
+  auto add = [&](uint64_t local, uint32_t lkey, uint32_t len, uint64_t remote, ibv_wr_opcode op) {
+    ibv_send_wr& wr = wrs_[count];
+    ibv_sge& sge = sges_[count];
+    wr = ibv_send_wr();
+    sge.addr = local;
+    sge.length = len;
+    sge.lkey = lkey;
+    wr.sg_list = len > 0 ? &sge : nullptr;
+    wr.num_sge = len > 0 ? 1 : 0;
+    wr.opcode = op;
+    wr.wr.rdma.remote_addr = remote;
+    wr.wr.rdma.rkey = ring.rkeys[qp.link];
+    wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, 0, static_cast<uint16_t>(slot), 0});
+    ++count;
+  };
+  if (!g.relaySizesPosted && count < budget) {
+    add(reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]), devs_[qp.devSlot].ctrlMr->lkey,
+        static_cast<uint32_t>(g.nreqs * sizeof(uint64_t)),
+        links_[qp.link].remoteCtrl + offsetof(RecvCtrl, sizes) + slot * sizeof(RecvCtrl::sizes[0]),
+        IBV_WR_RDMA_WRITE);
+    wrs_[count - 1].wr.rdma.rkey = links_[qp.link].remoteRkey;
+    g.relaySizesPosted = true;
+  }
+  bool lastIsChunk = false;
+  while (c.r < g.nreqs && count < budget) {
+    const Request* r = g.reqs[c.r];
+    if (c.off >= r->size) {
+      ++c.r;
+      c.off = 0;
+      continue;
+    }
+    if (ringPosted_ - released >= depth) break;  // no free ring slot: afterPoll() resumes
+    uint32_t len = static_cast<uint32_t>(std::min<size_t>(chunk, r->size - c.off));
+    uint64_t remote = ring.addr + (ringPosted_ % depth) * chunk;
+    add(reinterpret_cast<uintptr_t>(r->data) + c.off, r->mh->lkey[devs_[qp.devSlot].deviceIndex], len, remote,
+        IBV_WR_RDMA_WRITE_WITH_IMM);
+    wrs_[count - 1].imm_data = htonl(len);
+    ++ringPosted_;
+    c.off += len;
+    lastIsChunk = true;
+  }
+  if (c.r == g.nreqs && (lastIsChunk || count < budget)) {
+    if (!lastIsChunk) {
+      add(ring.addr, 0, 0, ring.addr, IBV_WR_RDMA_WRITE_WITH_IMM);
+      wrs_[count - 1].imm_data = 0;
+    }
+    ibv_send_wr& last = wrs_[count - 1];
+    last.imm_data = htonl(ntohl(last.imm_data) | kRelayLastChunk);
+    last.wr_id = encodeWrId(WrId{WrKind::SendFinal, 0, static_cast<uint16_t>(slot), 0});
+    c.done = true;
+    *finished = true;
+  }
+  return postBatch(0, count);
+}
+
+// Ring credits arrive as a remote write, not as a completion: a relayed group waiting for
+// them is resumed from every progress().
+void SendComm::afterPoll() {
+  if (postCount_ > 0 && ctrl()->fifo[postQueue_[postHead_]][0].relayRing != 0) pump();
 }
 
 void SendComm::onCompletion(const ibv_wc& wc) {

@@ -94,7 +94,10 @@ struct alignas(64) FifoSlot {
   uint64_t size;               // receive buffer size
   int32_t tag;
   int32_t nreqs;               // buffers in this grouped receive (same in each slot)
-  uint64_t reserved;
+  // 0: a direct receiver; addr/rkeys name the receive buffer. Otherwise the receiver is a
+  // relay (issue 15, docs/relay.md): relayRingDepth(v) slots of relayRingChunk(v) bytes at
+  // addr/rkeys, and size/tag are the FINAL receiver's, so tags and truncation are its own.
+  uint64_t relayRing;
   uint64_t seqTail;            // seq + 1; last field written
 };
 static_assert(sizeof(FifoSlot) == 64, "FIFO slot is one cache line");
@@ -119,7 +122,19 @@ struct SendCtrl {
   FifoSlot fifo[kFifoDepth][kGroupMax];
   // Written by the CPU, read by the local NIC (the sizes WRITE): release fence in postBatch.
   uint64_t sizesStage[kFifoDepth][kGroupMax];
+  // Relayed comms only: staging-ring slots the relay has forwarded and freed (monotonic).
+  // Remote-written by the relay's NIC (one aligned 8-byte WRITE); read with an acquire load
+  // before a slot is reused, so the slot is free before our NIC can overwrite it.
+  alignas(64) uint64_t relayReleased;
 };
+
+// The relay's staging-ring geometry as FifoSlot::relayRing carries it.
+inline uint64_t relayRingWord(uint32_t depth, uint32_t chunk) { return (uint64_t{depth} << 32) | chunk; }
+inline uint32_t relayRingDepth(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
+inline uint32_t relayRingChunk(uint64_t v) { return static_cast<uint32_t>(v); }
+// Immediate of a chunk written into a relay's staging ring: its byte count (a chunk with
+// bytes takes the next ring slot), plus kRelayLastChunk on the group's last WR.
+constexpr uint32_t kRelayLastChunk = 0x80000000u;
 struct RecvCtrl {
   // Remote-written by the sender's NIC before QP 0's final immediate; read after that CQE
   // was polled (acquire fence in progress()), with atomic loads.
@@ -224,6 +239,13 @@ class Comm : public PreparedConn {
   void returnCredits(int q);
   void fail(const std::string& why, ncclResult_t code);
   virtual void onCompletion(const ibv_wc& wc) = 0;
+  // Runs at the end of every progress(): work that waits on remote-written memory rather
+  // than on a completion (a relayed sender's ring credits).
+  virtual void afterPoll() {}
+  // Bytes of control memory (registered as ctrlMr on every device of the comm).
+  virtual size_t ctrlBytes() const;
+  // Extra registrations of a subclass, released by close() after the QPs are gone.
+  virtual void releaseExtra() {}
   ncclResult_t completionError(const ibv_wc& wc);
 
   const bool sender_;
@@ -272,6 +294,9 @@ class SendComm : public Comm {
   // of requests); NCCL calls again.
   ncclResult_t isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out);
 
+ protected:
+  SendCtrl* ctrl() const { return static_cast<SendCtrl*>(ctrlMem_); }
+
  private:
   struct Cursor {
     int r = 0;
@@ -282,10 +307,10 @@ class SendComm : public Comm {
     int nreqs = 0;        // 0: slot idle
     int assigned = 0;
     int pendingQps = 0;   // final WRs not yet completed
+    bool relaySizesPosted = false;  // relayed: the sizes WRITE that precedes the chunks
     Request* reqs[kGroupMax] = {};
     Cursor cursor[kMaxQps];
   };
-  SendCtrl* ctrl() const { return static_cast<SendCtrl*>(ctrlMem_); }
   void describeCtrl(uint64_t* addr) const override;
   void onCompletion(const ibv_wc& wc) override;
   bool slotArrived(int slot, int pos, uint64_t expect) const;
@@ -295,9 +320,13 @@ class SendComm : public Comm {
   ncclResult_t queueGroup(int slot);
   ncclResult_t pump();
   ncclResult_t postShare(int slot, int q, bool* finished);
+  // Relayed group: the chunks go into the relay's staging ring as its credits allow.
+  ncclResult_t postRelayed(int slot, bool* finished);
+  void afterPoll() override;
   void shareOf(const Request* r, int q, size_t* lo, size_t* hi) const;
 
   Group groups_[kFifoDepth];
+  uint64_t ringPosted_ = 0;  // relayed: chunks written into the relay's ring so far
   int postQueue_[kFifoDepth] = {};
   int postHead_ = 0, postCount_ = 0;
   bool warnedTruncation_ = false;

@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: Apache-2.0
+// The relay's data path in one process over the fake RDMA: A's plain SendComm, B's
+// RelayLegComm + RelayFwdComm spliced by a RelayLink, C's plain RecvComm. Everything but
+// the TCP handshakes is the production code; the fake wire executes WRs in random order
+// across QPs (in order on one), as a fabric may.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "fake_rdma.h"
+#include "fifo_pair.h"
+#include "mesh/relay_link.h"
+
+namespace mesh {
+namespace fake {
+namespace {
+
+uint32_t ip(int a, int b) { return (198u << 24) | (18u << 16) | (static_cast<uint32_t>(a) << 8) | static_cast<uint32_t>(b); }
+
+void gidOf(uint32_t addr, uint8_t gid[16]) {
+  memset(gid, 0, 16);
+  gid[10] = gid[11] = 0xff;
+  gid[12] = static_cast<uint8_t>(addr >> 24);
+  gid[13] = static_cast<uint8_t>(addr >> 16);
+  gid[14] = static_cast<uint8_t>(addr >> 8);
+  gid[15] = static_cast<uint8_t>(addr);
+}
+
+// One node's ports: device `name<i>` per address.
+void buildNode(FakeRdma& fake, Discovery* disc, const std::string& name, const std::vector<uint32_t>& addrs) {
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    std::string dn = name + std::to_string(i);
+    auto dev = std::make_unique<VerbsDevice>(fake.api(), dn, fake.openDevice(dn));
+    ASSERT_EQ(dev->open(), ncclSuccess);
+    MeshPort p;
+    p.deviceIndex = static_cast<int>(i);
+    p.device = dn;
+    p.port = 1;
+    p.netdev = "p" + std::to_string(i);
+    PortAddress a;
+    a.ip = Ipv4Prefix{addrs[i], 24};
+    a.gidIndex = 1;
+    gidOf(addrs[i], a.gid);
+    p.addrs.push_back(a);
+    p.activeMtu = IBV_MTU_4096;
+    p.mtuBytes = 4096;
+    p.maxMsgSize = 1u << 31;
+    disc->ports.push_back(p);
+    disc->devices.push_back(std::move(dev));
+  }
+}
+
+Route routeOf(int nic, uint32_t local, uint32_t peer) {
+  Route r;
+  r.localNic = nic;
+  r.gidIndex = 1;
+  r.local = Ipv4Prefix{local, 24};
+  r.peerAddr = peer;
+  r.prefixLen = 24;
+  return r;
+}
+
+class RelayChain {
+ public:
+  RelayChain(FakeRdma& fake, RelayGeometry geo, int qpsPerLink = 1) : fake_(fake) {
+    buildNode(fake, &a_, "a", {ip(0, 1)});
+    buildNode(fake, &b_, "b", {ip(0, 2), ip(1, 2)});
+    buildNode(fake, &c_, "c", {ip(1, 3)});
+    CommSettings s;
+    s.ops = fake.ops();
+    s.qpsPerLink = qpsPerLink;
+    auto send = std::make_unique<SendComm>(&a_, s);
+    auto leg = std::make_unique<RelayLegComm>(&b_, s, geo);
+    auto fwd = std::make_unique<RelayFwdComm>(&b_, s);
+    auto recv = std::make_unique<RecvComm>(&c_, s);
+    HsMessage m1, m2, m3, m4;
+    EXPECT_EQ(send->prepare({routeOf(0, ip(0, 1), ip(0, 2))}, 0, &m1), ncclSuccess);
+    EXPECT_EQ(leg->prepare({routeOf(0, ip(0, 2), ip(0, 1))}, 0, &m2), ncclSuccess);
+    EXPECT_EQ(leg->activate(m1), ncclSuccess);
+    EXPECT_EQ(send->activate(m2), ncclSuccess);
+    EXPECT_EQ(fwd->prepare({routeOf(1, ip(1, 2), ip(1, 3))}, 0, &m3), ncclSuccess);
+    EXPECT_EQ(recv->prepare({routeOf(0, ip(1, 3), ip(1, 2))}, 0, &m4), ncclSuccess);
+    EXPECT_EQ(recv->activate(m3), ncclSuccess);
+    EXPECT_EQ(fwd->activate(m4), ncclSuccess);
+    EXPECT_EQ(fwd->registerRing(leg->ring(), geo.ringBytes()), ncclSuccess);
+    sender_ = send.get();
+    receiver_ = recv.get();
+    send_ = std::move(send);
+    recv_ = std::move(recv);
+    link_ = std::make_unique<RelayLink>(std::move(leg), std::move(fwd), "test");
+  }
+  ~RelayChain() {
+    send_.reset();
+    recv_.reset();
+    link_.reset();
+    for (auto& b : buffers_) {
+      for (ibv_mr* mr : b->mrs) fake_.api()->deregMr(mr);
+    }
+    buffers_.clear();
+    a_.devices.clear();
+    b_.devices.clear();
+    c_.devices.clear();
+  }
+  SendComm* sender() { return sender_; }
+  RecvComm* receiver() { return receiver_; }
+  RelayLink* link() { return link_.get(); }
+
+  Buffer* buffer(bool senderSide, size_t size, uint8_t fill = 0) {
+    auto b = std::make_unique<Buffer>();
+    b->bytes.assign(size == 0 ? 1 : size, fill);
+    const Discovery& disc = senderSide ? a_ : c_;
+    b->mh.addr = reinterpret_cast<uintptr_t>(b->bytes.data());
+    b->mh.size = size;
+    b->mh.kind = MemKind::Host;
+    b->mh.ndevs = static_cast<int>(disc.devices.size());
+    for (size_t d = 0; d < disc.devices.size(); ++d) {
+      ibv_mr* mr = registerMemory(fake_, disc.devices[d]->pd(), b->bytes.data(), b->bytes.size());
+      b->mrs.push_back(mr);
+      b->mh.lkey[d] = mr->lkey;
+      b->mh.rkey[d] = mr->rkey;
+    }
+    buffers_.push_back(std::move(b));
+    return buffers_.back().get();
+  }
+
+  // Moves everything (relay steps, wire steps, the sender's pump) until nothing moves.
+  ncclResult_t pump(std::mt19937* rng) {
+    for (int idle = 0; idle < 3;) {
+      bool active = false;
+      ncclResult_t r = link_->step(&active);
+      if (r != ncclSuccess) return r;
+      size_t steps = fake_.run(rng, 64);
+      idle = (active || steps > 0) ? 0 : idle + 1;
+    }
+    return ncclSuccess;
+  }
+
+  // test() until done, driving the relay in between; false on error or when stuck.
+  bool wait(Request* req, size_t* sizes, std::mt19937* rng) {
+    for (int round = 0; round < 100000; ++round) {
+      int done = 0;
+      size_t local[kGroupMax] = {};
+      if (req->comm->test(req, &done, sizes != nullptr ? sizes : local) != ncclSuccess) return false;
+      if (done) return true;
+      bool active = false;
+      if (link_->step(&active) != ncclSuccess) return false;
+      size_t steps = fake_.run(rng, 64);
+      if (!active && steps == 0) {
+        // Let both ends look once more (credits, FIFO slots) before calling it stuck.
+        if (req->comm->test(req, &done, sizes != nullptr ? sizes : local) != ncclSuccess) return false;
+        if (done) return true;
+        link_->step(&active);
+        if (!active && fake_.run(rng, 64) == 0 && round > 8) return false;
+      }
+    }
+    return false;
+  }
+
+ private:
+  FakeRdma& fake_;
+  Discovery a_, b_, c_;
+  std::unique_ptr<PreparedConn> send_, recv_;
+  SendComm* sender_ = nullptr;
+  RecvComm* receiver_ = nullptr;
+  std::unique_ptr<RelayLink> link_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+// isend until it takes the message (the relay copies C's slots to A as it runs).
+Request* sendWhenPosted(RelayChain& chain, void* data, size_t size, int tag, const MrHandle* mh, std::mt19937* rng) {
+  for (int i = 0; i < 10000; ++i) {
+    Request* req = nullptr;
+    EXPECT_EQ(chain.sender()->isend(data, size, tag, mh, &req), ncclSuccess);
+    if (req != nullptr) return req;
+    bool active = false;
+    EXPECT_EQ(chain.link()->step(&active), ncclSuccess);
+    chain.pump(rng);
+  }
+  return nullptr;
+}
+
+void exchange(RelayChain& chain, size_t sendSize, size_t recvSize, uint32_t seed, std::mt19937* rng) {
+  Buffer* src = chain.buffer(true, sendSize);
+  Buffer* dst = chain.buffer(false, recvSize + 64, 0xee);
+  fillPattern(src->data(), sendSize, seed);
+  void* data[1] = {dst->data()};
+  size_t sizes[1] = {recvSize};
+  int tags[1] = {7};
+  MrHandle* mhs[1] = {&dst->mh};
+  Request* rreq = nullptr;
+  ASSERT_EQ(chain.receiver()->irecv(1, data, sizes, tags, mhs, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  Request* sreq = sendWhenPosted(chain, src->data(), sendSize, 7, &src->mh, rng);
+  ASSERT_NE(sreq, nullptr);
+  size_t got[kGroupMax] = {};
+  ASSERT_TRUE(chain.wait(sreq, nullptr, rng)) << "send of " << sendSize;
+  ASSERT_TRUE(chain.wait(rreq, got, rng)) << "recv of " << sendSize;
+  size_t expect = std::min(sendSize, recvSize);
+  EXPECT_EQ(got[0], expect);
+  EXPECT_TRUE(matchesPattern(dst->data(), expect, seed)) << "size " << sendSize;
+  for (size_t i = recvSize; i < recvSize + 64; ++i) {
+    ASSERT_EQ(dst->data()[i], 0xee) << "written past the posted size at " << i;
+  }
+}
+
+TEST(RelayLink, SizesAroundTheChunkArriveByteExact) {
+  FakeRdma fake;
+  RelayGeometry geo{4, 4096};
+  RelayChain chain(fake, geo);
+  std::mt19937 rng(1);
+  uint32_t seed = 1;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{3 * 4096 + 5},
+                      size_t{64 * 4096 + 3}}) {
+    exchange(chain, size, size, seed++, &rng);
+  }
+}
+
+TEST(RelayLink, OversizeSendIsTruncatedToTheFinalReceiversBuffer) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{2, 4096});
+  std::mt19937 rng(2);
+  exchange(chain, 20000, 9000, 3, &rng);
+}
+
+TEST(RelayLink, IsendIsNullUntilTheFinalReceiverPosts) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{2, 4096});
+  std::mt19937 rng(3);
+  Buffer* src = chain.buffer(true, 100);
+  for (int i = 0; i < 5; ++i) {
+    Request* req = nullptr;
+    ASSERT_EQ(chain.sender()->isend(src->data(), 100, 1, &src->mh, &req), ncclSuccess);
+    EXPECT_EQ(req, nullptr);
+    ASSERT_EQ(chain.pump(&rng), ncclSuccess);
+  }
+}
+
+TEST(RelayLink, GroupedReceiveWithShuffledTags) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{3, 4096}, 2);
+  std::mt19937 rng(4);
+  for (int round = 0; round < 4; ++round) {
+    void* data[kGroupMax];
+    size_t sizes[kGroupMax];
+    int tags[kGroupMax];
+    MrHandle* mhs[kGroupMax];
+    Buffer* dst[kGroupMax];
+    Buffer* src[kGroupMax];
+    size_t sendSize[kGroupMax];
+    for (int r = 0; r < kGroupMax; ++r) {
+      sendSize[r] = (r * 3000 + round * 17) % 11000;
+      dst[r] = chain.buffer(false, 12000);
+      src[r] = chain.buffer(true, sendSize[r]);
+      fillPattern(src[r]->data(), sendSize[r], 100 * round + r);
+      data[r] = dst[r]->data();
+      sizes[r] = 12000;
+      tags[r] = 10 + r;
+      mhs[r] = &dst[r]->mh;
+    }
+    Request* rreq = nullptr;
+    ASSERT_EQ(chain.receiver()->irecv(kGroupMax, data, sizes, tags, mhs, &rreq), ncclSuccess);
+    std::vector<int> order(kGroupMax);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<Request*> sreqs;
+    for (int r : order) {
+      Request* s = sendWhenPosted(chain, src[r]->data(), sendSize[r], tags[r], &src[r]->mh, &rng);
+      ASSERT_NE(s, nullptr);
+      sreqs.push_back(s);
+    }
+    for (Request* s : sreqs) ASSERT_TRUE(chain.wait(s, nullptr, &rng));
+    size_t got[kGroupMax] = {};
+    ASSERT_TRUE(chain.wait(rreq, got, &rng));
+    for (int r = 0; r < kGroupMax; ++r) {
+      EXPECT_EQ(got[r], sendSize[r]) << "entry " << r;
+      EXPECT_TRUE(matchesPattern(dst[r]->data(), sendSize[r], 100 * round + r)) << "entry " << r;
+    }
+  }
+}
+
+TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{4, 1024});
+  std::mt19937 rng(5);
+  constexpr int kCount = 300;
+  constexpr int kWindow = 16;
+  std::vector<Buffer*> src, dst;
+  for (int i = 0; i < kCount; ++i) {
+    size_t size = (i * 131) % 3000;
+    src.push_back(chain.buffer(true, size));
+    fillPattern(src.back()->data(), size, 1000 + i);
+    dst.push_back(chain.buffer(false, 3000));
+  }
+  std::vector<Request*> rreqs(kCount), sreqs(kCount);
+  int posted = 0, sent = 0, received = 0;
+  while (received < kCount) {
+    while (posted < kCount && posted - received < kWindow) {
+      void* data[1] = {dst[posted]->data()};
+      size_t sizes[1] = {3000};
+      int tags[1] = {0};
+      MrHandle* mhs[1] = {&dst[posted]->mh};
+      ASSERT_EQ(chain.receiver()->irecv(1, data, sizes, tags, mhs, &rreqs[posted]), ncclSuccess);
+      ASSERT_NE(rreqs[posted], nullptr);
+      ++posted;
+    }
+    while (sent < posted) {
+      size_t size = (sent * 131) % 3000;
+      sreqs[sent] = sendWhenPosted(chain, src[sent]->data(), size, 0, &src[sent]->mh, &rng);
+      ASSERT_NE(sreqs[sent], nullptr);
+      ++sent;
+    }
+    size_t got[kGroupMax] = {};
+    ASSERT_TRUE(chain.wait(sreqs[received], nullptr, &rng));
+    ASSERT_TRUE(chain.wait(rreqs[received], got, &rng));
+    size_t size = (received * 131) % 3000;
+    ASSERT_EQ(got[0], size);
+    ASSERT_TRUE(matchesPattern(dst[received]->data(), size, 1000 + received)) << "message " << received;
+    ++received;
+  }
+}
+
+}  // namespace
+}  // namespace fake
+}  // namespace mesh
