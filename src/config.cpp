@@ -210,27 +210,23 @@ Setting portRangeSetting() {
 
 Setting relaySetting() {
   return {{"NCCL_MESH_RELAY", "off",
-           "Relay (not yet active): 'off' = a pair of nodes without a shared cable gets the "
-           "routing error; 'auto' (forwarding through a neighbour) is refused until the relay "
-           "service exists"},
-          "off",
+           "Relay: 'auto' = a pair of nodes without a shared cable connects through a "
+           "neighbour cabled to both (its plugin process forwards; set it on every node); "
+           "'off' = such a pair gets the routing error"},
+          "off|auto",
           [](const std::string& text, Config* c) {
-            if (lower(text) != "off") return false;
-            c->relay = RelayMode::Off;
+            std::string v = lower(text);
+            if (v != "off" && v != "auto") return false;
+            c->relay = v == "auto" ? RelayMode::Auto : RelayMode::Off;
             return true;
           },
           [](const Config& c) { return std::string(c.relay == RelayMode::Off ? "off" : "auto"); },
-          [](const std::string& text) {
-            return lower(text) == "auto"
-                       ? std::string("relaying is not available in this build yet; pairs without "
-                                     "a shared cable still fail with the routing error")
-                       : std::string();
-          }};
+          [](const std::string&) { return std::string(); }};
 }
 
 Setting staticRoutesSetting() {
   return {{"NCCL_MESH_ROUTES", "",
-           "Relay (not yet active): static routes, 'DEST/LEN=NEXTHOP' entries separated by ',' "
+           "Relay: static routes, 'DEST/LEN=NEXTHOP' entries separated by ',' "
            "or ';' (e.g. '198.18.2.0/24=198.18.0.2'): reach DEST through the neighbour at "
            "NEXTHOP; they override learned routes to the same prefix; empty = none"},
           "DEST/LEN=NEXTHOP entries separated by ',' or ';'",
@@ -320,22 +316,22 @@ std::vector<Setting> buildTable() {
       relaySetting(),
       staticRoutesSetting(),
       intSetting("NCCL_MESH_RELAY_PORT", "41517",
-                 "Relay (not yet active): TCP port of the relay service on the mesh addresses; "
+                 "Relay: TCP port of the relay service on the mesh addresses; "
                  "the same on every node (1..65535)",
                  &Config::relayPort, 1, 65535),
       intSetting("NCCL_MESH_RELAY_MAX_HOPS", "2",
-                 "Relay (not yet active): most relay nodes on one path (1..15); a 6-node ring "
+                 "Relay: most relay nodes on one path (1..15); a 6-node ring "
                  "needs 2, an 8-node ring 3",
                  &Config::relayMaxHops, 1, kRouteMaxHopsLimit),
       sizeSetting("NCCL_MESH_RELAY_CHUNK", "512K",
-                  "Relay (not yet active): bytes per slot of a relayed connection's staging ring "
+                  "Relay: bytes per slot of a relayed connection's staging ring "
                   "at the relay node (K/M/G suffixes, 4K..64M)",
                   &Config::relayChunk, 4 * kKiB, 64 * kMiB),
       intSetting("NCCL_MESH_RELAY_DEPTH", "8",
-                 "Relay (not yet active): slots in a relayed connection's staging ring (2..64)",
+                 "Relay: slots in a relayed connection's staging ring (2..64)",
                  &Config::relayDepth, 2, 64),
       sizeSetting("NCCL_MESH_RELAY_MEM", "1G",
-                  "Relay (not yet active): registered staging memory one relay node gives all "
+                  "Relay: registered staging memory one relay node gives all "
                   "relayed connections together; beyond it a relayed connect is refused (K/M/G "
                   "suffixes, 1M..64G)",
                   &Config::relayMem, kMiB, 64 * kGiB),

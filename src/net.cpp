@@ -11,6 +11,7 @@
 #include "mesh/handshake.h"
 #include "mesh/log.h"
 #include "mesh/plugin.h"
+#include "mesh/relay_service.h"
 #include "mesh/static_state.h"
 #include "mesh/subnet_routing.h"
 
@@ -38,10 +39,10 @@ ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
   return ncclSuccess;
 }
 
-std::shared_ptr<Connector> NetTables::pendingConnect(const void* handle, uint64_t token) {
+NetTables::PendingConnect NetTables::pendingConnect(const void* handle, uint64_t token) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = pending_.find(handle);
-  return it != pending_.end() && it->second.token == token ? it->second.connector : nullptr;
+  return it != pending_.end() && it->second.token == token ? it->second : PendingConnect();
 }
 
 NetTables::PendingConnect NetTables::addPendingConnect(const void* handle, PendingConnect connect) {
@@ -70,7 +71,10 @@ void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
     for (auto& kv : pending_) pending.push_back(std::move(kv.second));
     releaseStatic(pending_);  // this lives in static storage
   }
-  for (PendingConnect& p : pending) plugin->handshakerFor(p.dev)->discardConnect(p.connector);
+  for (PendingConnect& p : pending) {
+    if (p.connector != nullptr) plugin->handshakerFor(p.dev)->discardConnect(p.connector);
+    p.relay.reset();  // its own leg connect is discarded with it
+  }
   for (auto& kv : live) {
     void* comm = const_cast<void*>(kv.first);
     if (kv.second == Kind::Listen) {
@@ -100,15 +104,27 @@ ncclResult_t handshakerFor(int dev, Handshaker** out) {
   return ncclSuccess;
 }
 
+// A direct connect over the cables to the peer; with none and NCCL_MESH_RELAY=auto, a
+// relayed one through the neighbours the route table names (mesh/relay_service.h).
 ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const ConnOptions& opts,
-                          std::shared_ptr<Connector>* out) {
-  std::vector<LocalNic> nics = Plugin::instance().transport(dev)->localNics();
+                          NetTables::PendingConnect* out) {
+  Plugin& plugin = Plugin::instance();
+  std::vector<LocalNic> nics = plugin.transport(dev)->localNics();
   RouteResult route = connectRoutes(nics, handle.addrs, kMaxLinks);
-  if (!route.ok()) {
-    MESH_WARN("connect: %s", route.error.c_str());
+  if (route.ok()) return hs->startConnect(handle, route.routes, opts, &out->connector);
+  if (plugin.config().relay != RelayMode::Auto) {
+    MESH_WARN("connect: %s (NCCL_MESH_RELAY=off: pairs without a cable are not relayed)", route.error.c_str());
     return ncclSystemError;
   }
-  return hs->startConnect(handle, route.routes, opts, out);
+  NextHopResult hops = plugin.relayNextHops(handle.addrs);
+  std::vector<NextHop> candidates;
+  for (const NextHop& h : hops.hops) {
+    bool usable = false;
+    for (const LocalNic& nic : nics) usable = usable || nic.index == h.route.localPort;
+    if (h.route.hops > 0 && h.route.nextHopAddr != 0 && usable) candidates.push_back(h);
+  }
+  out->relay = std::make_shared<RelayConnector>(hs, nics, handle, candidates, opts, plugin.relayConnectSettings());
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -144,14 +160,16 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
     return ncclInvalidArgument;
   }
   NetTables& tables = Plugin::instance().tables();
-  std::shared_ptr<Connector> connector = tables.pendingConnect(handle, h.token);
-  if (connector == nullptr) {
-    MESH_CHECK(startConnect(hs, dev, h, opts, &connector));
-    NetTables::PendingConnect replaced = tables.addPendingConnect(handle, {h.token, connector, dev});
+  NetTables::PendingConnect pending = tables.pendingConnect(handle, h.token);
+  if (pending.connector == nullptr && pending.relay == nullptr) {
+    pending.token = h.token;
+    pending.dev = dev;
+    MESH_CHECK(startConnect(hs, dev, h, opts, &pending));
+    NetTables::PendingConnect replaced = tables.addPendingConnect(handle, pending);
     if (replaced.connector != nullptr) Plugin::instance().handshakerFor(replaced.dev)->discardConnect(replaced.connector);
   }
   std::unique_ptr<PreparedConn> conn;
-  ncclResult_t r = hs->pollConnect(connector.get(), &conn);
+  ncclResult_t r = pending.relay != nullptr ? pending.relay->poll(&conn) : hs->pollConnect(pending.connector.get(), &conn);
   if (r != ncclSuccess || conn != nullptr) tables.endPendingConnect(handle);
   MESH_CHECK(r);
   *out = static_cast<SendComm*>(conn.release());

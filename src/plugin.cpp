@@ -68,6 +68,7 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
   buildNetDevices();
   buildConnectionMachinery();
   watchAsyncEvents();
+  startRelay();
   // Registered once per load of the library: glibc drops a DSO's fork handlers when it is
   // dlclosed (__cxa_finalize), so a reloaded copy registers its own.
   static bool atforkRegistered = false;
@@ -117,6 +118,9 @@ void Plugin::shutdown() {
   // Everything is released with releaseStatic (static_state.h): this object lives in the
   // library's static storage, so whatever it still points to when NCCL dlcloses the
   // library would be leaked for good.
+  // The relay's thread drives handshakes on the reactor and owns its links' comms: first.
+  if (relay_ != nullptr) relay_->stop();
+  releaseStatic(relay_);
   reactor_.stop();
   size_t connects = 0, comms = 0;
   tables_.releaseAll(this, &connects, &comms);
@@ -124,6 +128,7 @@ void Plugin::shutdown() {
     MESH_INFO(NCCL_INIT | NCCL_NET, "shutdown: ended %zu pending connect(s) and closed %zu comm(s) NCCL left open",
               connects, comms);
   }
+  releaseStatic(relayRoutes_);
   releaseStatic(handshakers_);
   releaseStatic(transports_);
   registry_.reset();
@@ -220,6 +225,45 @@ void Plugin::watchAsyncEvents() {
       });
     });
   }
+}
+
+// NCCL_MESH_RELAY=auto: every process serves as a relay when it binds the relay port first
+// on this node (mesh/relay_service.h), and asks its neighbours' relays for peers it has
+// no cable to.
+void Plugin::startRelay() {
+  if (config_.relay != RelayMode::Auto || netDevices_.empty()) return;
+  std::vector<LocalNic> nics = transports_[0]->localNics();
+  if (config_.devices == DeviceMode::Port) {
+    nics.clear();
+    RdmaTransport all(&discovery_, commSettings());
+    nics = all.localNics();
+  }
+  nodeId_ = nodeIdFromPorts(nics);
+  RouteSettings rs;
+  rs.maxHops = config_.relayMaxHops;
+  relayRoutes_ = std::make_unique<RouteTable>(nodeId_, nics, rs, config_.staticRoutes);
+  for (const std::string& p : relayRoutes_->staticProblems()) MESH_WARN("NCCL_MESH_ROUTES: %s", p.c_str());
+  HandshakeSettings hs;
+  hs.timeoutMs = config_.connectTimeoutMs;
+  hs.peerTimeoutMs = config_.peerTimeoutMs;
+  hs.listenAny = false;
+  relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_));
+  if (relay_->start() != ncclSuccess) relay_.reset();
+}
+
+NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {
+  std::lock_guard<std::mutex> lock(routesMutex_);
+  if (relayRoutes_ == nullptr) return NextHopResult{{}, "the relay is off"};
+  return relayRoutes_->nextHops(peer);
+}
+
+RelayConnectSettings Plugin::relayConnectSettings() const {
+  RelayConnectSettings s;
+  s.port = config_.relayPort;
+  s.maxHops = config_.relayMaxHops;
+  s.timeoutMs = config_.connectTimeoutMs;
+  s.self = nodeId_;
+  return s;
 }
 
 void Plugin::logSettings() const {

@@ -17,6 +17,7 @@ namespace mesh {
 
 struct ListenComm;
 class Connector;
+class RelayConnector;
 class Plugin;
 
 // What the entry points keep between calls, owned by the Plugin (never by a static: a
@@ -37,11 +38,12 @@ class NetTables {
   ncclResult_t forget(const void* comm, Kind kind, const char* what);
   struct PendingConnect {
     uint64_t token = 0;
-    std::shared_ptr<Connector> connector;
+    std::shared_ptr<Connector> connector;       // a direct connect, or
+    std::shared_ptr<RelayConnector> relay;     // one through a relay (no shared cable)
     int dev = 0;
   };
 
-  std::shared_ptr<Connector> pendingConnect(const void* handle, uint64_t token);
+  PendingConnect pendingConnect(const void* handle, uint64_t token);
   // Returns the connect it replaces (NCCL reused the handle buffer for a new handle, so it
   // abandoned that one), for the caller to discard; an empty one otherwise.
   PendingConnect addPendingConnect(const void* handle, PendingConnect connect);

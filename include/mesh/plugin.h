@@ -29,6 +29,8 @@
 #include "mesh/net_devices.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/reactor.h"
+#include "mesh/relay_service.h"
+#include "mesh/routes.h"
 #include "mesh/verbs_loader.h"
 
 namespace mesh {
@@ -58,6 +60,11 @@ class Plugin {
   Handshaker* handshaker() { return handshakers_.empty() ? nullptr : handshakers_[0].get(); }
   MrRegistry* registry() { return registry_.get(); }
   NetTables& tables() { return tables_; }
+  // Relay (NCCL_MESH_RELAY=auto): the neighbours that reach a peer we have no cable to,
+  // preferred first; and how a relayed connect asks them.
+  NextHopResult relayNextHops(const std::vector<HandleAddress>& peer);
+  RelayConnectSettings relayConnectSettings() const;
+  RelayService* relayService() { return relay_.get(); }
 
  private:
   Plugin() = default;
@@ -66,6 +73,7 @@ class Plugin {
   void buildConnectionMachinery();
   void watchAsyncEvents();
   void initFork();
+  void startRelay();
   CommSettings commSettings() const;
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
@@ -79,6 +87,10 @@ class Plugin {
   std::vector<std::unique_ptr<RdmaTransport>> transports_;
   std::vector<std::unique_ptr<Handshaker>> handshakers_;
   NetTables tables_;
+  std::unique_ptr<RelayService> relay_;
+  std::mutex routesMutex_;              // guards relayRoutes_ (NCCL threads connect concurrently)
+  std::unique_ptr<RouteTable> relayRoutes_;
+  NodeId nodeId_ = 0;
   pid_t initPid_ = 0;      // the process that ran init
 };
 

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// A's side of a relayed connect (mesh/relay_service.h): RELAY-OPEN to each candidate next
+// hop in turn, then the leg's ordinary handshake. Runs inside NCCL's connect() calls and
+// never blocks: every socket call is non-blocking and each state has a deadline.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "mesh/check.h"
+#include "mesh/ipv4.h"
+#include "mesh/log.h"
+#include "mesh/relay_proto.h"
+#include "mesh/relay_service.h"
+#include "mesh/subnet_routing.h"
+
+namespace mesh {
+
+namespace {
+std::string addrList(const std::vector<HandleAddress>& addrs) {
+  std::string s;
+  for (const HandleAddress& a : addrs) s += (s.empty() ? "" : ",") + formatIpv4(a.addr);
+  return s;
+}
+}  // namespace
+
+RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target,
+                               std::vector<NextHop> candidates, ConnOptions opts, RelayConnectSettings s)
+    : hs_(hs),
+      nics_(std::move(nics)),
+      target_(std::move(target)),
+      candidates_(std::move(candidates)),
+      opts_(opts),
+      settings_(s) {
+  std::random_device rd;
+  request_ = (uint64_t{rd()} << 32) | rd();
+}
+
+RelayConnector::~RelayConnector() {
+  if (fd_ >= 0) close(fd_);
+  if (leg_ != nullptr) hs_->discardConnect(leg_);
+}
+
+std::string RelayConnector::via() const {
+  return index_ < candidates_.size() ? formatIpv4(candidates_[index_].route.nextHopAddr) : std::string("?");
+}
+
+void RelayConnector::nextCandidate(const std::string& why) {
+  tried_.push_back("via " + via() + ": " + why);
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  if (leg_ != nullptr) hs_->discardConnect(leg_);
+  leg_.reset();
+  out_.clear();
+  in_.clear();
+  sent_ = 0;
+  ++index_;
+  state_ = State::Start;
+}
+
+ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
+  *out = nullptr;
+  for (int guard = 0; guard < 16; ++guard) {
+    State before = state_;
+    size_t candidate = index_;
+    MESH_CHECK(stepCandidate());
+    if (state_ == State::Failed) {
+      std::string all;
+      for (const std::string& t : tried_) all += "; " + t;
+      MESH_WARN("connect to %s: no cable to it, and no relay took the connection%s%s", addrList(target_.addrs).c_str(),
+                candidates_.empty() ? " (no route: check NCCL_MESH_RELAY on the neighbours, or NCCL_MESH_ROUTES)" : "",
+                all.c_str());
+      return ncclSystemError;
+    }
+    if (state_ == State::Leg) {
+      ncclResult_t r = hs_->pollConnect(leg_.get(), out);
+      if (r != ncclSuccess) {
+        nextCandidate("the leg's handshake failed (see above)");
+        continue;
+      }
+      if (*out != nullptr) {
+        leg_.reset();
+        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (relayed)", addrList(target_.addrs).c_str(),
+                  via().c_str());
+      }
+      return ncclSuccess;
+    }
+    if (state_ == before && index_ == candidate) return ncclSuccess;  // waiting on the network
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t RelayConnector::stepCandidate() {
+  auto now = std::chrono::steady_clock::now();
+  if (state_ != State::Start && state_ != State::Leg && now > deadline_) {
+    nextCandidate("no answer within " + std::to_string(settings_.timeoutMs) + " ms (NCCL_MESH_CONNECT_TIMEOUT_MS)");
+  }
+  switch (state_) {
+    case State::Start: {
+      if (index_ >= candidates_.size()) {
+        state_ = State::Failed;
+        return ncclSuccess;
+      }
+      const NextHop& hop = candidates_[index_];
+      uint32_t local = 0;
+      for (const LocalNic& nic : nics_) {
+        if (nic.index != hop.route.localPort) continue;
+        for (const LocalAddress& a : nic.addrs) {
+          if (sameSubnet(hop.route.nextHopAddr, a.ip.addr, a.ip.prefixLen)) local = a.ip.addr;
+        }
+      }
+      deadline_ = now + std::chrono::milliseconds(settings_.timeoutMs);
+      fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd_ < 0) {
+        nextCandidate(std::string("socket: ") + strerror(errno));
+        return ncclSuccess;
+      }
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      if (local != 0) {
+        sa.sin_addr.s_addr = htonl(local);
+        if (bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+          nextCandidate(std::string("bind ") + formatIpv4(local) + ": " + strerror(errno));
+          return ncclSuccess;
+        }
+      }
+      sa.sin_addr.s_addr = htonl(hop.route.nextHopAddr);
+      sa.sin_port = htons(static_cast<uint16_t>(settings_.port));
+      if (connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 && errno != EINPROGRESS) {
+        nextCandidate(std::string("connect to the relay port: ") + strerror(errno));
+        return ncclSuccess;
+      }
+      RelayMessage m;
+      m.type = RelayType::Open;
+      m.open.origin = settings_.self;
+      m.open.request = request_;
+      m.open.hopBudget = std::max(1, std::min(settings_.maxHops, kRelayMaxHopBudget));
+      m.open.target = target_;
+      std::string error;
+      if (!encodeRelay(m, &out_, &error)) {
+        nextCandidate("cannot encode the request: " + error);
+        return ncclSuccess;
+      }
+      state_ = State::Connecting;
+      return ncclSuccess;
+    }
+    case State::Connecting: {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, 0) <= 0) return ncclSuccess;
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        nextCandidate(std::string("cannot reach its relay port ") + std::to_string(settings_.port) + ": " +
+                      strerror(err) + " (NCCL_MESH_RELAY=auto there? a process with the plugin running?)");
+        return ncclSuccess;
+      }
+      state_ = State::Sending;
+      return ncclSuccess;
+    }
+    case State::Sending: {
+      ssize_t n = send(fd_, out_.data() + sent_, out_.size() - sent_, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        nextCandidate(std::string("send: ") + strerror(errno));
+        return ncclSuccess;
+      }
+      if (n > 0) sent_ += static_cast<size_t>(n);
+      if (sent_ == out_.size()) state_ = State::Reading;
+      return ncclSuccess;
+    }
+    case State::Reading: {
+      uint8_t buf[kRelayMaxMessage];
+      ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        nextCandidate("the relay closed the connection without an answer");
+        return ncclSuccess;
+      }
+      if (n > 0) in_.insert(in_.end(), buf, buf + n);
+      std::string error;
+      long need = relayMessageLength(in_.data(), in_.size(), &error);
+      if (need < 0) {
+        nextCandidate("bad answer: " + error);
+        return ncclSuccess;
+      }
+      if (need == 0 || in_.size() < static_cast<size_t>(need)) return ncclSuccess;
+      RelayMessage m;
+      if (!parseRelay(in_.data(), static_cast<size_t>(need), &m, &error) || m.type != RelayType::OpenReply ||
+          m.reply.request != request_) {
+        nextCandidate("bad answer: " + (error.empty() ? std::string("not the reply to our request") : error));
+        return ncclSuccess;
+      }
+      if (m.reply.status != RelayStatus::Ok) {
+        nextCandidate(std::string(relayStatusName(m.reply.status)) + ": " + m.reply.reason);
+        return ncclSuccess;
+      }
+      close(fd_);
+      fd_ = -1;
+      RouteResult route = connectRoutes(nics_, m.reply.leg.addrs, kMaxLinks);
+      if (!route.ok()) {
+        nextCandidate("no cable to the relay's leg addresses: " + route.error);
+        return ncclSuccess;
+      }
+      if (hs_->startConnect(m.reply.leg, route.routes, opts_, &leg_) != ncclSuccess) {
+        nextCandidate("cannot start the leg's handshake");
+        return ncclSuccess;
+      }
+      state_ = State::Leg;
+      return ncclSuccess;
+    }
+    case State::Leg:
+    case State::Failed:
+      return ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+}  // namespace mesh

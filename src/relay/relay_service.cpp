@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: Apache-2.0
+// The relay service at the middle node B (mesh/relay_service.h).
+#include "mesh/relay_service.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "mesh/check.h"
+#include "mesh/ipv4.h"
+#include "mesh/log.h"
+#include "mesh/relay_proto.h"
+#include "mesh/subnet_routing.h"
+
+namespace mesh {
+
+using Clock = std::chrono::steady_clock;
+
+RelaySettings relaySettingsFrom(const Config& config) {
+  RelaySettings s;
+  s.port = config.relayPort;
+  s.maxHops = config.relayMaxHops;
+  s.geometry.depth = static_cast<uint32_t>(config.relayDepth);
+  s.geometry.chunk = static_cast<uint32_t>(config.relayChunk);
+  s.memCap = config.relayMem;
+  s.timeoutMs = config.connectTimeoutMs;
+  return s;
+}
+
+ncclResult_t RelayTransport::prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
+                                     std::unique_ptr<PreparedConn>* out, HsMessage* local) {
+  std::unique_ptr<Comm> comm;
+  if (sender) {
+    comm = std::make_unique<RelayFwdComm>(disc_, settings_);
+  } else {
+    comm = std::make_unique<RelayLegComm>(disc_, settings_, geometry_);
+  }
+  int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
+  MESH_CHECK(comm->prepare(routes, tc, local));
+  *out = std::move(comm);
+  return ncclSuccess;
+}
+
+struct RelayService::Session {
+  enum class State { Reading, Connecting, Accepting };
+  int fd = -1;
+  std::string peer;
+  std::vector<uint8_t> in;
+  RelayOpen open;
+  State state = State::Reading;
+  Clock::time_point deadline;
+  std::shared_ptr<Connector> toC;
+  std::unique_ptr<PreparedConn> fwd;
+  std::shared_ptr<Listener> legListener;
+  size_t reserved = 0;  // ring bytes counted in memUsed_ for this open
+  std::string target;   // C's addresses, for messages
+};
+
+RelayService::RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs,
+                           RelaySettings s)
+    : disc_(disc), reactor_(reactor), settings_(s) {
+  transport_ = std::make_unique<RelayTransport>(disc, comm, s.geometry);
+  hs_ = std::make_unique<Handshaker>(reactor, transport_.get(), hs);
+  nics_ = transport_->localNics();
+}
+
+RelayService::~RelayService() { stop(); }
+
+ncclResult_t RelayService::start() {
+  if (thread_.joinable()) return ncclSuccess;
+  stop_.store(false);
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (const std::exception& e) {
+    MESH_WARN("relay: cannot start its thread: %s", e.what());
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+void RelayService::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  thread_.join();
+}
+
+// All of the node's mesh addresses or none: a relay that answers on some links only would
+// be chosen by neighbours it then cannot serve consistently.
+void RelayService::bindListeners(std::vector<int>* fds) {
+  for (const LocalNic& nic : nics_) {
+    for (const LocalAddress& a : nic.addrs) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      int one = 1;
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(static_cast<uint16_t>(settings_.port));
+      sa.sin_addr.s_addr = htonl(a.ip.addr);
+      if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+          bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 64) != 0) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        for (int f : *fds) close(f);
+        fds->clear();
+        if (serving_.exchange(false) || err != EADDRINUSE) {
+          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: not serving: port %d on %s: %s%s", settings_.port,
+                    formatIpv4(a.ip.addr).c_str(), strerror(err),
+                    err == EADDRINUSE ? " (another process of this node serves)" : "");
+        }
+        return;
+      }
+      fds->push_back(fd);
+    }
+  }
+  serving_.store(true);
+  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: serving on port %d of %zu mesh address(es)", settings_.port, fds->size());
+}
+
+void RelayService::acceptSessions(int lfd) {
+  for (;;) {
+    sockaddr_in sa{};
+    socklen_t len = sizeof(sa);
+    int fd = accept4(lfd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto s = std::make_unique<Session>();
+    s->fd = fd;
+    s->peer = formatIpv4(ntohl(sa.sin_addr.s_addr));
+    s->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
+    sessions_.push_back(std::move(s));
+  }
+}
+
+void RelayService::replyError(Session& s, RelayStatus status, const std::string& reason) {
+  MESH_INFO(NCCL_NET, "relay: refused %s's request for %s: %s: %s", s.peer.c_str(), s.target.c_str(),
+            relayStatusName(status), reason.c_str());
+  RelayMessage m;
+  m.type = RelayType::OpenReply;
+  m.reply.request = s.open.request;
+  m.reply.status = status;
+  m.reply.reason = reason.substr(0, kRelayMaxReason);
+  std::vector<uint8_t> bytes;
+  std::string error;
+  // One short message into an empty socket buffer: a non-blocking send takes it whole.
+  if (encodeRelay(m, &bytes, &error)) (void)!send(s.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+}
+
+// false: the session is over (its resources released or handed to a link).
+bool RelayService::stepSession(Session& s) {
+  auto end = [&](RelayStatus status, const std::string& reason) {
+    if (s.state != Session::State::Accepting) replyError(s, status, reason);
+    return false;
+  };
+  if (Clock::now() > s.deadline) {
+    return end(RelayStatus::PeerRefused, "timed out after " + std::to_string(settings_.timeoutMs) +
+                                             " ms (NCCL_MESH_CONNECT_TIMEOUT_MS)");
+  }
+  switch (s.state) {
+    case Session::State::Reading: {
+      uint8_t buf[kRelayMaxMessage];
+      ssize_t n = recv(s.fd, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+      if (n > 0) s.in.insert(s.in.end(), buf, buf + n);
+      std::string error;
+      long need = relayMessageLength(s.in.data(), s.in.size(), &error);
+      if (need < 0) return end(RelayStatus::BadRequest, error);
+      if (need == 0 || s.in.size() < static_cast<size_t>(need)) return true;
+      RelayMessage m;
+      if (!parseRelay(s.in.data(), static_cast<size_t>(need), &m, &error)) return end(RelayStatus::BadRequest, error);
+      if (m.type != RelayType::Open) return end(RelayStatus::BadRequest, "expected RELAY-OPEN");
+      s.open = m.open;
+      for (const HandleAddress& a : s.open.target.addrs) {
+        s.target += (s.target.empty() ? "" : ",") + formatIpv4(a.addr);
+      }
+      RouteResult route = connectRoutes(nics_, s.open.target.addrs, kMaxLinks);
+      if (!route.ok()) {
+        return end(RelayStatus::NoRoute, "no cable from this relay to the target (" + route.error +
+                                             "); paths through more than one relay are not supported yet");
+      }
+      size_t ring = settings_.geometry.ringBytes();
+      size_t used = memUsed_.load();
+      if (used + ring > settings_.memCap) {
+        return end(RelayStatus::NoMemory, "NCCL_MESH_RELAY_MEM=" + std::to_string(settings_.memCap) + " bytes: " +
+                                              std::to_string(used) + " in use, a connection needs " +
+                                              std::to_string(ring));
+      }
+      memUsed_ += ring;
+      s.reserved = ring;
+      if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
+        return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");
+      }
+      s.state = Session::State::Connecting;
+      return true;
+    }
+    case Session::State::Connecting: {
+      ncclResult_t r = hs_->pollConnect(s.toC.get(), &s.fwd);
+      if (r != ncclSuccess) return end(RelayStatus::PeerRefused, "the target refused or did not answer (see the relay's log)");
+      if (s.fwd == nullptr) return true;
+      s.toC.reset();
+      Handle leg;
+      if (hs_->listen(&s.legListener, &leg) != ncclSuccess) return end(RelayStatus::PeerRefused, "cannot listen for the leg");
+      RelayMessage m;
+      m.type = RelayType::OpenReply;
+      m.reply.request = s.open.request;
+      m.reply.status = RelayStatus::Ok;
+      m.reply.hops = 1;
+      m.reply.leg = leg;
+      std::vector<uint8_t> bytes;
+      std::string error;
+      if (!encodeRelay(m, &bytes, &error) ||
+          send(s.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+        return end(RelayStatus::BadRequest, "cannot answer: " + error);
+      }
+      s.state = Session::State::Accepting;
+      return true;
+    }
+    case Session::State::Accepting: {
+      std::unique_ptr<PreparedConn> legConn;
+      if (hs_->pollAccept(s.legListener, &legConn) != ncclSuccess) return false;
+      if (legConn == nullptr) return true;
+      auto* leg = static_cast<RelayLegComm*>(legConn.get());
+      auto* fwd = static_cast<RelayFwdComm*>(s.fwd.get());
+      if (fwd->registerRing(leg->ring(), leg->geometry().ringBytes()) != ncclSuccess) {
+        hs_->closeControl(leg->control);
+        return false;
+      }
+      std::string name = s.peer + " -> " + s.target;
+      legConn.release();
+      s.fwd.release();
+      links_.push_back(std::make_unique<RelayLink>(std::unique_ptr<RelayLegComm>(leg),
+                                                   std::unique_ptr<RelayFwdComm>(fwd), name));
+      s.reserved = 0;  // the link holds it now
+      liveLinks_.fetch_add(1);
+      ++relayedTotal_;
+      pinLibrary();
+      MESH_INFO(NCCL_INIT | NCCL_NET, "relay: relaying %s (ring %u x %u bytes; %zu connection(s) relayed by this node)",
+                name.c_str(), leg->geometry().depth, leg->geometry().chunk, liveLinks_.load());
+      return false;
+    }
+  }
+  return false;
+}
+
+void RelayService::endLink(std::unique_ptr<RelayLink> link, const std::string& why) {
+  MESH_WARN("relay: connection %s ended: %s; both ends see their peer gone", link->name().c_str(), why.c_str());
+  hs_->closeControl(link->leg()->control);
+  hs_->closeControl(link->fwd()->control);
+  memUsed_ -= link->ringBytes();
+  liveLinks_.fetch_sub(1);
+  link.reset();
+}
+
+// NCCL dlcloses the plugin when this node's last communicator ends; connections of other
+// nodes through this one must not end with it. Taken once, at the first relayed
+// connection: the library then stays until the process exits.
+void RelayService::pinLibrary() {
+  if (pinned_) return;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&relaySettingsFrom), &info) == 0 || info.dli_fname == nullptr) return;
+  void* self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  if (self == nullptr) return;  // not a shared library (unit tests link the core statically)
+  pinned_ = true;
+  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: %s stays loaded until the process exits (it relays for other nodes)",
+            info.dli_fname);
+}
+
+void RelayService::run() {
+  pthread_setname_np(pthread_self(), "mesh-relay");
+  std::vector<int> lfds;
+  auto lastBind = Clock::now() - std::chrono::seconds(10);
+  auto lastWork = Clock::now();
+  std::vector<pollfd> pfds;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    auto now = Clock::now();
+    if (lfds.empty() && now - lastBind > std::chrono::seconds(2)) {
+      bindListeners(&lfds);
+      lastBind = now;
+    }
+    pfds.clear();
+    for (int fd : lfds) pfds.push_back(pollfd{fd, POLLIN, 0});
+    bool spin = !sessions_.empty() || now - lastWork < std::chrono::milliseconds(50);
+    // Idle: sleep in poll (1 ms) so an idle relay costs nothing; busy: never sleep.
+    int ready = poll(pfds.data(), pfds.size(), spin ? 0 : 1);
+    if (ready > 0) {
+      for (const pollfd& p : pfds) {
+        if (p.revents & POLLIN) acceptSessions(p.fd);
+      }
+    }
+    bool active = false;
+    for (size_t i = 0; i < sessions_.size();) {
+      Session& s = *sessions_[i];
+      if (stepSession(s)) {
+        ++i;
+        continue;
+      }
+      if (s.toC != nullptr) hs_->discardConnect(s.toC);
+      if (s.fwd != nullptr) hs_->closeControl(s.fwd->control);
+      if (s.legListener != nullptr) hs_->closeListener(s.legListener);
+      memUsed_ -= s.reserved;
+      close(s.fd);
+      sessions_.erase(sessions_.begin() + static_cast<long>(i));
+      active = true;
+    }
+    for (size_t i = 0; i < links_.size();) {
+      bool moved = false;
+      ncclResult_t r = links_[i]->step(&moved);
+      active = active || moved;
+      if (r == ncclSuccess) {
+        ++i;
+        continue;
+      }
+      std::string why = links_[i]->failureText();
+      endLink(std::move(links_[i]), why);
+      links_.erase(links_.begin() + static_cast<long>(i));
+    }
+    if (active) lastWork = Clock::now();
+  }
+  for (auto& s : sessions_) {
+    if (s->toC != nullptr) hs_->discardConnect(s->toC);
+    if (s->fwd != nullptr) hs_->closeControl(s->fwd->control);
+    if (s->legListener != nullptr) hs_->closeListener(s->legListener);
+    close(s->fd);
+  }
+  sessions_.clear();
+  for (auto& l : links_) endLink(std::move(l), "the relay service is stopping (process exit)");
+  links_.clear();
+  for (int fd : lfds) close(fd);
+  memUsed_.store(0);
+  serving_.store(false);
+}
+
+}  // namespace mesh
