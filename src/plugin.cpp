@@ -121,6 +121,8 @@ void Plugin::shutdown() {
   // The relay's thread drives handshakes on the reactor and owns its links' comms: first.
   if (relay_ != nullptr) relay_->stop();
   releaseStatic(relay_);
+  if (routes_ != nullptr) routes_->stop();
+  releaseStatic(routes_);
   reactor_.stop();
   size_t connects = 0, comms = 0;
   tables_.releaseAll(this, &connects, &comms);
@@ -128,7 +130,6 @@ void Plugin::shutdown() {
     MESH_INFO(NCCL_INIT | NCCL_NET, "shutdown: ended %zu pending connect(s) and closed %zu comm(s) NCCL left open",
               connects, comms);
   }
-  releaseStatic(relayRoutes_);
   releaseStatic(handshakers_);
   releaseStatic(transports_);
   registry_.reset();
@@ -239,10 +240,8 @@ void Plugin::startRelay() {
     nics = all.localNics();
   }
   nodeId_ = nodeIdFromPorts(nics);
-  RouteSettings rs;
-  rs.maxHops = config_.relayMaxHops;
-  relayRoutes_ = std::make_unique<RouteTable>(nodeId_, nics, rs, config_.staticRoutes);
-  for (const std::string& p : relayRoutes_->staticProblems()) MESH_WARN("NCCL_MESH_ROUTES: %s", p.c_str());
+  routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));
+  if (routes_->start() != ncclSuccess) routes_.reset();
   HandshakeSettings hs;
   hs.timeoutMs = config_.connectTimeoutMs;
   hs.peerTimeoutMs = config_.peerTimeoutMs;
@@ -252,9 +251,8 @@ void Plugin::startRelay() {
 }
 
 NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {
-  std::lock_guard<std::mutex> lock(routesMutex_);
-  if (relayRoutes_ == nullptr) return NextHopResult{{}, "the relay is off"};
-  return relayRoutes_->nextHops(peer);
+  if (routes_ == nullptr) return NextHopResult{{}, "the relay is off"};
+  return routes_->nextHops(peer);
 }
 
 RelayConnectSettings Plugin::relayConnectSettings() const {

@@ -249,6 +249,12 @@ bool RouteTable::expire(uint64_t nowMs) {
   return changed;
 }
 
+std::vector<NeighbourLink> RouteTable::neighbours() const {
+  std::vector<NeighbourLink> out;
+  for (const auto& [key, n] : neighbours_) out.push_back({key.first, key.second, n.linkAddr});
+  return out;
+}
+
 bool RouteTable::dropNeighbours(const std::function<bool(int port, const Neighbour& n)>& gone) {
   size_t before = neighbours_.size();
   for (auto it = neighbours_.begin(); it != neighbours_.end();) {

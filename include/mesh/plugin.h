@@ -30,6 +30,7 @@
 #include "mesh/nic_discovery.h"
 #include "mesh/reactor.h"
 #include "mesh/relay_service.h"
+#include "mesh/route_service.h"
 #include "mesh/routes.h"
 #include "mesh/verbs_loader.h"
 
@@ -88,8 +89,7 @@ class Plugin {
   std::vector<std::unique_ptr<Handshaker>> handshakers_;
   NetTables tables_;
   std::unique_ptr<RelayService> relay_;
-  std::mutex routesMutex_;              // guards relayRoutes_ (NCCL threads connect concurrently)
-  std::unique_ptr<RouteTable> relayRoutes_;
+  std::unique_ptr<RouteService> routes_;  // HELLOs on the mesh ports; thread-safe queries
   NodeId nodeId_ = 0;
   pid_t initPid_ = 0;      // the process that ran init
 };

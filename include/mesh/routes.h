@@ -113,6 +113,16 @@ struct NextHop {
   RelayRoute route;
 };
 
+// A live neighbour, for logs ("neighbour node N on port P appeared/went").
+struct NeighbourLink {
+  int localPort = -1;     // LocalNic::index the HELLOs arrive on
+  NodeId node = 0;
+  uint32_t linkAddr = 0;  // its address on that port's link
+  bool operator<(const NeighbourLink& o) const {
+    return localPort != o.localPort ? localPort < o.localPort : node < o.node;
+  }
+};
+
 struct NextHopResult {
   std::vector<NextHop> hops;  // preferred first; a hops==0 entry means directly cabled
   std::string error;          // set when hops is empty
@@ -151,6 +161,8 @@ class RouteTable {
 
   NodeId self() const { return self_; }
   size_t neighbourCount() const { return neighbours_.size(); }
+  // Every live neighbour, by (local port, node).
+  std::vector<NeighbourLink> neighbours() const;
 
  private:
   struct Neighbour {

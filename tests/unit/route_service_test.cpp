@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: Apache-2.0
+// The route-discovery service on real UDP sockets over loopback: two services in this
+// process (distinct ports, HELLOs sent to each other's port instead of a broadcast, which
+// loopback cannot carry) learn each other's subnets, shrug off garbage, and stop cleanly.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mesh/ipv4.h"
+#include "mesh/route_service.h"
+#include "warn_capture.h"
+
+namespace mesh {
+namespace {
+
+using std::chrono::milliseconds;
+
+uint32_t ip(const char* text) {
+  uint32_t a = 0;
+  EXPECT_TRUE(parseIpv4(text, &a)) << text;
+  return a;
+}
+
+LocalNic nic(int index, const char* label, const char* addr, uint8_t len) {
+  LocalNic n;
+  n.index = index;
+  n.label = label;
+  n.addrs.push_back({Ipv4Prefix{ip(addr), len}, 1});
+  return n;
+}
+
+sockaddr_in loopbackTo(const char* addr, int port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(ip(addr));
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  return sa;
+}
+
+// Polls cond every 10 ms until it holds or the deadline passes.
+bool waitFor(const std::function<bool()>& cond, milliseconds deadline = milliseconds(10000)) {
+  auto end = std::chrono::steady_clock::now() + deadline;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+bool hasLine(const RouteService& s, const std::string& prefix) {
+  std::vector<std::string> lines = s.describe();
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+}
+
+// A and B share the link 127.0.1.0/24; A alone is on 127.0.2.0/24, B alone on 127.0.3.0/24.
+// Each sends the link's HELLOs to the other's UDP port (known once the other started).
+struct Pair {
+  Reactor reactor;
+  std::atomic<int> portA{0};
+  std::atomic<int> portB{0};
+  std::unique_ptr<RouteService> a;
+  std::unique_ptr<RouteService> b;
+
+  static RouteServiceSettings settings(const char* linkAddr, std::atomic<int>* peerPort, uint64_t holdMs) {
+    RouteServiceSettings s;
+    s.udpPort = 0;  // any free port: tests may run in parallel
+    s.helloMs = 100;
+    s.routes.holdMs = holdMs;
+    uint32_t peer = ip(linkAddr);
+    uint32_t link = ip("127.0.1.0");
+    s.destinations = [peer, link, peerPort](const LocalNic&, const LocalAddress& addr, int) {
+      std::vector<sockaddr_in> out;
+      if ((addr.ip.addr & prefixMask(24)) == link && peerPort->load() != 0) {
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(peer);
+        sa.sin_port = htons(static_cast<uint16_t>(peerPort->load()));
+        out.push_back(sa);
+      }
+      return out;
+    };
+    return s;
+  }
+
+  // holdMs: long by default, so that a loaded 2-core CI machine never expires a live
+  // neighbour; short where expiry is the point.
+  explicit Pair(uint64_t holdMs = 5000) {
+    EXPECT_EQ(reactor.start(), ncclSuccess);
+    a = std::make_unique<RouteService>(
+        &reactor, std::vector<LocalNic>{nic(0, "a0", "127.0.1.1", 24), nic(1, "a1", "127.0.2.1", 24)},
+        settings("127.0.1.2", &portB, holdMs));
+    b = std::make_unique<RouteService>(
+        &reactor, std::vector<LocalNic>{nic(0, "b0", "127.0.1.2", 24), nic(1, "b1", "127.0.3.1", 24)},
+        settings("127.0.1.1", &portA, holdMs));
+  }
+  void start() {
+    ASSERT_EQ(a->start(), ncclSuccess);
+    ASSERT_EQ(b->start(), ncclSuccess);
+    portA = a->udpPort();
+    portB = b->udpPort();
+    ASSERT_NE(portA.load(), 0);
+    ASSERT_NE(portB.load(), 0);
+  }
+  bool converged() const {
+    return hasLine(*a, "127.0.3.0/24 learned hops 1 on a0 via 127.0.1.2") &&
+           hasLine(*b, "127.0.2.0/24 learned hops 1 on b0 via 127.0.1.1");
+  }
+};
+
+TEST(RouteService, NodeIdIgnoresOrderAndTellsAddressSetsApart) {
+  std::vector<LocalNic> ab{nic(0, "p0", "198.18.0.1", 24), nic(1, "p1", "198.18.1.1", 24)};
+  std::vector<LocalNic> ba{nic(0, "x", "198.18.1.1", 24), nic(1, "y", "198.18.0.1", 24)};
+  EXPECT_EQ(nodeIdFromPorts(ab), nodeIdFromPorts(ba));  // labels and port order do not count
+  EXPECT_NE(nodeIdFromPorts(ab), 0u);
+  EXPECT_NE(nodeIdFromPorts({}), 0u);
+
+  std::vector<LocalNic> other{nic(0, "p0", "198.18.0.2", 24), nic(1, "p1", "198.18.1.1", 24)};
+  std::vector<LocalNic> prefix{nic(0, "p0", "198.18.0.1", 25), nic(1, "p1", "198.18.1.1", 24)};
+  std::vector<LocalNic> fewer{nic(0, "p0", "198.18.0.1", 24)};
+  EXPECT_NE(nodeIdFromPorts(ab), nodeIdFromPorts(other));
+  EXPECT_NE(nodeIdFromPorts(ab), nodeIdFromPorts(prefix));
+  EXPECT_NE(nodeIdFromPorts(ab), nodeIdFromPorts(fewer));
+}
+
+TEST(RouteService, BroadcastRulePerPrefix) {
+  LocalNic p = nic(0, "p0", "198.18.4.1", 24);
+  auto to = [&](const char* addr, uint8_t len) {
+    std::vector<sockaddr_in> d = helloDestinations(p, LocalAddress{Ipv4Prefix{ip(addr), len}, 1}, 41517);
+    std::vector<std::string> out;
+    for (const sockaddr_in& sa : d) {
+      out.push_back(formatIpv4(ntohl(sa.sin_addr.s_addr)) + ":" + std::to_string(ntohs(sa.sin_port)));
+    }
+    return out;
+  };
+  EXPECT_EQ(to("198.18.4.1", 24), std::vector<std::string>{"198.18.4.255:41517"});
+  EXPECT_EQ(to("198.18.4.1", 30), std::vector<std::string>{"198.18.4.3:41517"});
+  // /31 has no broadcast address; a unicast would reach only one process of the peer node.
+  EXPECT_EQ(to("198.18.4.0", 31), std::vector<std::string>{"255.255.255.255:41517"});
+  EXPECT_TRUE(to("198.18.4.1", 32).empty());
+}
+
+TEST(RouteService, SettingsFromConfig) {
+  Config c;
+  c.relayPort = 40000;
+  c.relayMaxHops = 3;
+  RouteServiceSettings s = routeServiceSettings(c);
+  EXPECT_EQ(s.udpPort, 40000);
+  EXPECT_EQ(s.routes.maxHops, 3);
+  EXPECT_EQ(s.routes.holdMs, 4u * static_cast<uint64_t>(s.helloMs));
+}
+
+TEST(RouteService, TwoNodesLearnEachOthersSubnets) {
+  Pair pair;
+  pair.start();
+  ASSERT_TRUE(waitFor([&] { return pair.converged(); }))
+      << "A: " << ::testing::PrintToString(pair.a->describe()) << "\nB: " << ::testing::PrintToString(pair.b->describe());
+  EXPECT_EQ(pair.a->neighbourCount(), 1u);
+  EXPECT_EQ(pair.b->neighbourCount(), 1u);
+  EXPECT_NE(pair.a->self(), pair.b->self());
+
+  // A peer on B's far subnet is reached through B's address on the shared link.
+  NextHopResult via = pair.a->nextHops({HandleAddress{ip("127.0.3.1"), 24, 0}});
+  ASSERT_TRUE(via.ok()) << via.error;
+  EXPECT_EQ(via.hops.front().route.nextHopAddr, ip("127.0.1.2"));
+  EXPECT_EQ(via.hops.front().route.nextHop, pair.b->self());
+  RouteServiceCounters c = pair.a->counters();
+  EXPECT_GT(c.hellosSent, 0u);
+  EXPECT_GT(c.hellosAccepted, 0u);
+  EXPECT_EQ(c.malformed, 0u);
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();
+}
+
+TEST(RouteService, GarbageIsCountedAndWarnedOncePerSender) {
+  testing_support::WarnCapture warnings;
+  Pair pair;
+  pair.start();
+  ASSERT_TRUE(waitFor([&] { return pair.converged(); }));
+
+  // From A's link address (a sender on B's link) and from an address on none of B's links.
+  auto sendFrom = [&](const char* from, const std::vector<uint8_t>& bytes) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in local = loopbackTo(from, 0);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0) << strerror(errno);
+    sockaddr_in to = loopbackTo("127.0.1.2", pair.portB.load());
+    EXPECT_EQ(sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              static_cast<ssize_t>(bytes.size()));
+    close(fd);
+  };
+  std::vector<uint8_t> junk(40, 0xab);
+  std::vector<uint8_t> huge(2000, 0);
+  for (int i = 0; i < 10; ++i) sendFrom("127.0.1.9", junk);
+  sendFrom("127.0.1.9", huge);
+  sendFrom("127.0.1.9", {});
+  sendFrom("127.0.9.9", junk);
+  ASSERT_TRUE(waitFor([&] { return pair.b->counters().malformed >= 12 && pair.b->counters().foreign >= 1; }))
+      << "malformed " << pair.b->counters().malformed << ", foreign " << pair.b->counters().foreign;
+
+  // Still working: A's periodic HELLOs keep being accepted after the garbage.
+  uint64_t before = pair.b->counters().hellosAccepted;
+  ASSERT_TRUE(waitFor([&] { return pair.b->counters().hellosAccepted >= before + 3; }));
+  EXPECT_TRUE(pair.converged());
+  EXPECT_EQ(pair.b->counters().malformed, 12u);
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();  // the reactor thread logged: read the capture after it is joined
+
+  size_t fromNine = 0;
+  for (const std::string& w : warnings.lines()) {
+    if (w.find("127.0.1.9") != std::string::npos) ++fromNine;
+  }
+  EXPECT_EQ(fromNine, 1u) << ::testing::PrintToString(warnings.lines());
+}
+
+size_t openFds() {
+  size_t n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += fcntl(fd, F_GETFD) != -1 ? 1 : 0;
+  return n;
+}
+
+TEST(RouteService, StopTwiceAndAfterTheReactorStopped) {
+  size_t fdsBefore = openFds();
+  {
+    Pair pair;
+    pair.start();
+    pair.a->stop();
+    pair.a->stop();
+    EXPECT_EQ(pair.a->start(), ncclInternalError);  // a stopped service stays stopped
+    pair.reactor.stop();
+    pair.b->stop();  // the reactor is gone: closes inline
+    pair.b->stop();
+  }
+  EXPECT_EQ(openFds(), fdsBefore);  // every socket closed, on either path
+}
+
+TEST(RouteService, StartNeedsARunningReactor) {
+  Reactor idle;
+  RouteService s(&idle, {nic(0, "p0", "127.0.5.1", 24)}, RouteServiceSettings{});
+  EXPECT_EQ(s.start(), ncclInternalError);
+  s.stop();
+}
+
+TEST(RouteService, NeighbourGoesWhenSilent) {
+  Pair pair(1000);
+  pair.start();
+  ASSERT_TRUE(waitFor([&] { return pair.converged(); }));
+  pair.b->stop();
+  // Expiry runs on A's 100 ms timer.
+  ASSERT_TRUE(waitFor([&] { return pair.a->neighbourCount() == 0; }, milliseconds(15000)));
+  EXPECT_FALSE(hasLine(*pair.a, "127.0.3.0/24"));
+  pair.a->stop();
+  pair.reactor.stop();
+}
+
+}  // namespace
+}  // namespace mesh
