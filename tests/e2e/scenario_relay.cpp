@@ -236,7 +236,7 @@ class RelayRound {
       }
       std::string bad = checkPattern(dst + 8, static_cast<size_t>(seqSize(m) - 8), seqSeed(in_peer_, ctx_.rank, m));
       if (bad.empty()) bad = checkFill(dst + seqSize(m), static_cast<size_t>(kSeqSlice - seqSize(m)), kCanary);
-      if (!bad.empty()) fail("%s: %s", op.label.c_str(), bad.c_str());
+      if (!bad.empty()) fail("%s: after its 8-byte sequence number: %s", op.label.c_str(), bad.c_str());
     }
     say("relay %s: %zu ops ok in %.3f s", name.c_str(), ops.size(), seconds);
     count(ops, bytes, bytes, seconds);  // the peer's sizes are this rank's sizes
