@@ -68,29 +68,17 @@ class PairTest {
   void group(int g) {
     Phase ph;
     ph.name = format("group %d of 8", g);
-    int base = 100 + g * kMaxGroup;
-    int recvTags[kMaxGroup], sendTags[kMaxGroup];
-    for (int i = 0; i < kMaxGroup; ++i) recvTags[i] = sendTags[i] = base + i;
-    std::shuffle(recvTags, recvTags + kMaxGroup, engine_.rng());
-    std::shuffle(sendTags, sendTags + kMaxGroup, engine_.rng());
-    uint8_t* dst[kMaxGroup];
-    int caps[kMaxGroup], want[kMaxGroup];
-    uint64_t seeds[kMaxGroup];
-    for (int i = 0; i < kMaxGroup; ++i) {
-      int slot = recvTags[i] - base;
-      dst[i] = in_.data() + static_cast<size_t>(i) * kSlot;
-      caps[i] = 65536;
-      want[i] = groupSize(g, slot);
-      seeds[i] = patternSeed(peer_, ctx_.rank, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(slot));
+    int sizes[kMaxGroup];
+    Phase::GroupSide out{sc_, out_.data(), mhOut_, kSlot, {}}, in{rc_, in_.data(), mhIn_, kSlot, {}};
+    for (int s = 0; s < kMaxGroup; ++s) {
+      sizes[s] = groupSize(g, s);
+      out.seeds[s] = patternSeed(ctx_.rank, peer_, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(s));
+      in.seeds[s] = patternSeed(peer_, ctx_.rank, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(s));
     }
-    for (int i = 0; i < kMaxGroup; ++i) {
-      int slot = sendTags[i] - base;
-      ph.addSend(sc_, out_.data() + static_cast<size_t>(i) * kSlot, groupSize(g, slot), sendTags[i], mhOut_,
-                 patternSeed(ctx_.rank, peer_, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(slot)),
-                 label(format("group %d tag %d", g, sendTags[i]).c_str(), i, true));
-    }
-    ph.addRecv(rc_, kMaxGroup, dst, caps, recvTags, mhIn_, want, seeds,
-               label(format("group %d (n=8)", g).c_str(), 0, false));
+    ph.addShuffledGroup(
+        engine_.rng(), 100 + g * kMaxGroup, sizes, 65536, out, in,
+        [&](int s) { return label(format("group %d tag %d", g, 100 + g * kMaxGroup + s).c_str(), s, true); },
+        label(format("group %d (n=8)", g).c_str(), 0, false));
     run(ph, true);
   }
 

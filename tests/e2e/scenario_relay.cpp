@@ -154,29 +154,19 @@ class RelayRound {
     Phase ph;
     ph.name = format("round %d: grouped receive of 8, sends in shuffled tag order", round_);
     const int base = 100;
-    int recvTags[kMaxGroup], sendTags[kMaxGroup];
-    for (int i = 0; i < kMaxGroup; ++i) recvTags[i] = sendTags[i] = base + i;
-    std::shuffle(recvTags, recvTags + kMaxGroup, engine_.rng());
-    std::shuffle(sendTags, sendTags + kMaxGroup, engine_.rng());
-    uint8_t* dst[kMaxGroup];
-    int caps[kMaxGroup], want[kMaxGroup];
-    uint64_t seeds[kMaxGroup];
-    for (int i = 0; i < kMaxGroup; ++i) {
-      int tag = recvTags[i];
-      dst[i] = in_.data() + static_cast<size_t>(i) * slot_;
-      caps[i] = largestGroupSize() + kSlack;
-      want[i] = groupSize(tag - base);
-      seeds[i] = patternSeed(in_peer_, ctx_.rank, kIdGroup, static_cast<uint64_t>(tag), 0);
+    int sizes[kMaxGroup];
+    Phase::GroupSide out{sc_, out_.data(), mhOut_, slot_, {}}, in{rc_, in_.data(), mhIn_, slot_, {}};
+    for (int s = 0; s < kMaxGroup; ++s) {
+      sizes[s] = groupSize(s);
+      out.seeds[s] = patternSeed(ctx_.rank, out_peer_, kIdGroup, static_cast<uint64_t>(s), 0);
+      in.seeds[s] = patternSeed(in_peer_, ctx_.rank, kIdGroup, static_cast<uint64_t>(s), 0);
     }
-    std::string order;
-    for (int i = 0; i < kMaxGroup; ++i) {
-      int tag = sendTags[i];
-      order += format("%s%d", i ? "," : "", tag);
-      send(ph, static_cast<size_t>(i) * slot_, groupSize(tag - base), tag, kIdGroup, static_cast<uint64_t>(tag),
-           format("group tag %d", tag));
-    }
-    ph.addRecv(rc_, kMaxGroup, dst, caps, recvTags, mhIn_, want, seeds, label("group (n=8)", false), kGuard);
-    say("relay round %d: group sends to rank %d in tag order %s", round_, out_peer_, order.c_str());
+    std::vector<int> order = ph.addShuffledGroup(
+        engine_.rng(), base, sizes, *std::max_element(sizes, sizes + kMaxGroup) + kSlack, out, in,
+        [&](int s) { return label(format("group tag %d", base + s), true); }, label("group (n=8)", false), kGuard);
+    std::string text;
+    for (int tag : order) text += format("%s%d", text.empty() ? "" : ",", tag);
+    say("relay round %d: group sends to rank %d in tag order %s", round_, out_peer_, text.c_str());
     run(ph, true);
   }
 
@@ -281,11 +271,6 @@ class RelayRound {
     const int kSizes[kMaxGroup] = {0, 1, 17, 4096, 333, c - 1, 65537, c + 1};
     return kSizes[slot];
   }
-  int largestGroupSize() const {
-    int most = 0;
-    for (int slot = 0; slot < kMaxGroup; ++slot) most = std::max(most, groupSize(slot));
-    return most;
-  }
   static uint64_t seqSeed(int src, int dst, int m) {
     return patternSeed(src, dst, kIdSequence, static_cast<uint64_t>(m), 0);
   }
@@ -388,7 +373,8 @@ std::string runRelay(Context& ctx) {
                 "messages=%ld sent/%ld received bytes=%s sent/%s received data_s=%.2f connect_s=%.2f "
                 "big=%ld sequence=%ldx%ld ip_forward=0",
                 ctx.api, ctx.topology.empty() ? "?" : ctx.topology.c_str(), pairs, peers.size(), peers.size(),
-                uncabled, chunk, totals.sent, totals.received, humanBytes(static_cast<double>(totals.bytesSent)).c_str(),
+                uncabled, chunk, totals.sent, totals.received,
+                humanBytes(static_cast<double>(totals.bytesSent)).c_str(),
                 humanBytes(static_cast<double>(totals.bytesReceived)).c_str(), totals.seconds, upSeconds, big,
                 messages, outstanding);
 }

@@ -268,6 +268,33 @@ void Phase::addRecv(void* comm, int n, uint8_t* const* data, const int* capaciti
   ops.push_back(op);
 }
 
+std::vector<int> Phase::addShuffledGroup(std::mt19937& rng, int firstTag, const int* sizes, int capacity,
+                                         const GroupSide& send, const GroupSide& recv,
+                                         const std::function<std::string(int slot)>& sendLabel,
+                                         const std::string& recvLabel, int guard) {
+  int recvTags[kMaxGroup], sendTags[kMaxGroup];
+  for (int i = 0; i < kMaxGroup; ++i) recvTags[i] = sendTags[i] = firstTag + i;
+  std::shuffle(recvTags, recvTags + kMaxGroup, rng);
+  std::shuffle(sendTags, sendTags + kMaxGroup, rng);
+  uint8_t* dst[kMaxGroup];
+  int caps[kMaxGroup], want[kMaxGroup];
+  uint64_t seeds[kMaxGroup];
+  for (int i = 0; i < kMaxGroup; ++i) {
+    int slot = recvTags[i] - firstTag;
+    dst[i] = recv.at + static_cast<size_t>(i) * recv.stride;
+    caps[i] = capacity;
+    want[i] = sizes[slot];
+    seeds[i] = recv.seeds[slot];
+  }
+  for (int i = 0; i < kMaxGroup; ++i) {
+    int slot = sendTags[i] - firstTag;
+    addSend(send.comm, send.at + static_cast<size_t>(i) * send.stride, sizes[slot], sendTags[i], send.mh,
+            send.seeds[slot], sendLabel(slot));
+  }
+  addRecv(recv.comm, kMaxGroup, dst, caps, recvTags, recv.mh, want, seeds, recvLabel, guard);
+  return std::vector<int>(sendTags, sendTags + kMaxGroup);
+}
+
 double runPhase(Context& ctx, Engine& engine, Phase& phase, bool shuffle) {
   setPhase(ctx.scenario + ": " + phase.name);
   Clock::time_point t0 = Clock::now();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -126,6 +127,24 @@ struct Phase {
   // sends sizes[i] bytes from patterns seeds[i]. The canary covers capacity + guard bytes.
   void addRecv(void* comm, int n, uint8_t* const* data, const int* capacities, const int* tags, void* mh,
                const int* sizes, const uint64_t* seeds, std::string label, int guard = 0);
+
+  // One side of a shuffled group: kMaxGroup buffers `stride` bytes apart from `at`, and the
+  // pattern of the message of each tag slot (the send side's own, the receive side's peer's).
+  struct GroupSide {
+    void* comm;
+    uint8_t* at;
+    void* mh;
+    size_t stride;
+    uint64_t seeds[kMaxGroup];
+  };
+  // A grouped receive of the kMaxGroup tags firstTag.. (each buffer `capacity` bytes, the
+  // tags in a shuffled buffer order) and this side's kMaxGroup sends of the same tags, issued
+  // in another shuffled order (both from `rng`); tag firstTag + s carries sizes[s] bytes.
+  // Returns the tags in the order the sends are issued.
+  std::vector<int> addShuffledGroup(std::mt19937& rng, int firstTag, const int* sizes, int capacity,
+                                    const GroupSide& send, const GroupSide& recv,
+                                    const std::function<std::string(int slot)>& sendLabel,
+                                    const std::string& recvLabel, int guard = 0);
 };
 
 // Runs a phase through `engine` and checks every receive (reported size, contents, the
