@@ -95,8 +95,8 @@ struct Totals {
 class RelayRound {
  public:
   RelayRound(Context& ctx, CommTable& table, int round, size_t chunk, int messages, Totals& totals)
-      : ctx_(ctx), round_(round), out_peer_(ctx.next(round)), in_peer_(ctx.prev(round)),
-        sc_(table[out_peer_].send[0]), rc_(table[in_peer_].recv[0]), chunk_(chunk),
+      : ctx_(ctx), round_(round), outPeer_(ctx.next(round)), inPeer_(ctx.prev(round)),
+        sc_(table[outPeer_].send[0]), rc_(table[inPeer_].recv[0]), chunk_(chunk),
         slot_(roundUp(std::max<size_t>(chunk + 1, 65537) + kSlack + kGuard, 4096)),
         out_(arenaSize(messages)), in_(arenaSize(messages)),
         engine_(ctx, ctx.seed * 7919u + static_cast<unsigned>(ctx.rank * 131 + round)), totals_(totals) {
@@ -123,10 +123,11 @@ class RelayRound {
       if (req != nullptr) {
         fail("%s: isend try %d of %d returned a request before rank %d posted any receive on this comm; "
              "the receiver drives the transfer, so it must be a NULL request",
-             ph.ops[0].label.c_str(), i + 1, kNullTries, out_peer_);
+             ph.ops[0].label.c_str(), i + 1, kNullTries, outPeer_);
       }
-      // Spaced, so that a relay that answers for the receiver has had time to do so.
-      pollPause(2000);
+      // Spaced over ~100 ms (a few link round trips in the lab), so that a relay that
+      // wrongly answers for the receiver has had the time to.
+      pollPause(20000);
     }
     ctx_.barrier(format("relay-r%d-null-tried", round_));
     recv(ph, 0, size, size + kSlack, 1, kIdNull, 0, "irecv after the NULL isends");
@@ -158,15 +159,15 @@ class RelayRound {
     Phase::GroupSide out{sc_, out_.data(), mhOut_, slot_, {}}, in{rc_, in_.data(), mhIn_, slot_, {}};
     for (int s = 0; s < kMaxGroup; ++s) {
       sizes[s] = groupSize(s);
-      out.seeds[s] = patternSeed(ctx_.rank, out_peer_, kIdGroup, static_cast<uint64_t>(s), 0);
-      in.seeds[s] = patternSeed(in_peer_, ctx_.rank, kIdGroup, static_cast<uint64_t>(s), 0);
+      out.seeds[s] = patternSeed(ctx_.rank, outPeer_, kIdGroup, static_cast<uint64_t>(s), 0);
+      in.seeds[s] = patternSeed(inPeer_, ctx_.rank, kIdGroup, static_cast<uint64_t>(s), 0);
     }
     std::vector<int> order = ph.addShuffledGroup(
         engine_.rng(), base, sizes, *std::max_element(sizes, sizes + kMaxGroup) + kSlack, out, in,
         [&](int s) { return label(format("group tag %d", base + s), true); }, label("group (n=8)", false), kGuard);
     std::string text;
     for (int tag : order) text += format("%s%d", text.empty() ? "" : ",", tag);
-    say("relay round %d: group sends to rank %d in tag order %s", round_, out_peer_, text.c_str());
+    say("relay round %d: group sends to rank %d in tag order %s", round_, outPeer_, text.c_str());
     run(ph, true);
   }
 
@@ -197,7 +198,7 @@ class RelayRound {
       uint8_t* src = out_.data() + static_cast<size_t>(m) * kSeqSlice;
       uint64_t seq = static_cast<uint64_t>(m);
       memcpy(src, &seq, sizeof(seq));
-      fillPattern(src + 8, static_cast<size_t>(seqSize(m) - 8), seqSeed(ctx_.rank, out_peer_, m));
+      fillPattern(src + 8, static_cast<size_t>(seqSize(m) - 8), seqSeed(ctx_.rank, outPeer_, m));
       ops.push_back(sendOp(sc_, src, seqSize(m), kSeqTag, mhOut_, label(format("message %d", m), true)));
       bytes += static_cast<size_t>(seqSize(m));
     }
@@ -224,7 +225,7 @@ class RelayRound {
       if (op.got[0] != seqSize(m)) {
         fail("%s: test() reported %d bytes, message %d has %d", op.label.c_str(), op.got[0], m, seqSize(m));
       }
-      std::string bad = checkPattern(dst + 8, static_cast<size_t>(seqSize(m) - 8), seqSeed(in_peer_, ctx_.rank, m));
+      std::string bad = checkPattern(dst + 8, static_cast<size_t>(seqSize(m) - 8), seqSeed(inPeer_, ctx_.rank, m));
       if (bad.empty()) bad = checkFill(dst + seqSize(m), static_cast<size_t>(kSeqSlice - seqSize(m)), kCanary);
       if (!bad.empty()) fail("%s: after its 8-byte sequence number: %s", op.label.c_str(), bad.c_str());
     }
@@ -241,8 +242,8 @@ class RelayRound {
     ph.name = format("round %d: one message of %zu bytes", round_, size);
     int n = toInt(size), tag = 90;
     uint8_t* dst = bigIn.data();
-    uint64_t theirs = patternSeed(in_peer_, ctx_.rank, kIdBig, 0, 0);
-    ph.addSend(sc_, bigOut.data(), n, tag, mhOut, patternSeed(ctx_.rank, out_peer_, kIdBig, 0, 0),
+    uint64_t theirs = patternSeed(inPeer_, ctx_.rank, kIdBig, 0, 0);
+    ph.addSend(sc_, bigOut.data(), n, tag, mhOut, patternSeed(ctx_.rank, outPeer_, kIdBig, 0, 0),
                label("big", true));
     ph.addRecv(rc_, 1, &dst, &n, &tag, mhIn, &n, &theirs, label("big", false), kGuard);
     run(ph, false);
@@ -250,8 +251,8 @@ class RelayRound {
     deregHost(ctx_, rc_, mhIn, "relay big recv buffer");
   }
 
-  int outPeer() const { return out_peer_; }
-  int inPeer() const { return in_peer_; }
+  int outPeer() const { return outPeer_; }
+  int inPeer() const { return inPeer_; }
 
  private:
   size_t arenaSize(int messages) const {
@@ -262,7 +263,7 @@ class RelayRound {
   }
   std::string label(const std::string& what, bool isSend) const {
     return format("relay round %d %s %s rank%d%srank%d", round_, what.c_str(), isSend ? "isend" : "irecv",
-                  ctx_.rank, isSend ? "->" : "<-", isSend ? out_peer_ : in_peer_);
+                  ctx_.rank, isSend ? "->" : "<-", isSend ? outPeer_ : inPeer_);
   }
   // The grouped receive's sizes by tag slot: both sides of the chunk boundary among small
   // ones.
@@ -277,12 +278,12 @@ class RelayRound {
   // An isend to rank+r from out+off, and a receive from rank-r into in+off of `capacity`
   // bytes, the peer sending `size` bytes; patterns from (direction, id, a).
   void send(Phase& ph, size_t off, int size, int tag, uint64_t id, uint64_t a, const std::string& what) {
-    ph.addSend(sc_, out_.data() + off, size, tag, mhOut_, patternSeed(ctx_.rank, out_peer_, id, a, 0),
+    ph.addSend(sc_, out_.data() + off, size, tag, mhOut_, patternSeed(ctx_.rank, outPeer_, id, a, 0),
                label(what, true));
   }
   void recv(Phase& ph, size_t off, int size, int capacity, int tag, uint64_t id, uint64_t a, const std::string& what) {
     uint8_t* dst = in_.data() + off;
-    uint64_t seed = patternSeed(in_peer_, ctx_.rank, id, a, 0);
+    uint64_t seed = patternSeed(inPeer_, ctx_.rank, id, a, 0);
     ph.addRecv(rc_, 1, &dst, &capacity, &tag, mhIn_, &size, &seed, label(what, false), kGuard);
   }
   void run(Phase& ph, bool shuffle) {
@@ -300,7 +301,7 @@ class RelayRound {
 
   Context& ctx_;
   int round_;
-  int out_peer_, in_peer_;
+  int outPeer_, inPeer_;
   void* sc_;
   void* rc_;
   size_t chunk_;
