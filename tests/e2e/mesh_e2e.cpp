@@ -62,6 +62,9 @@ const ScenarioInfo kScenarios[] = {
      "[--cycles 20]          2 nodes: abandoned connect + dlclose + dlopen + init; nothing leaks"},
     {"fork", runFork, {"iters", "size"},
      "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
+    {"relay", runRelay, {"big", "messages", "outstanding"},
+     "[--big 64M] [--messages 1000] [--outstanding 32]  >= 2 nodes, any topology (ring/line: relayed\n"
+     "                  pairs): every ordered pair byte-exact; ip_forward must be 0"},
 };
 
 void usage(FILE* out) {

@@ -32,6 +32,14 @@ void requireNodes(const Context& ctx, int nodes) {
   }
 }
 
+std::vector<int> otherRanks(const Context& ctx) {
+  std::vector<int> out;
+  for (int r = 0; r < ctx.nodes; ++r) {
+    if (r != ctx.rank) out.push_back(r);
+  }
+  return out;
+}
+
 std::string RouteReport::describe() const {
   std::string out;
   for (const auto& kv : netdevs) {

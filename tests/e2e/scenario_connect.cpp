@@ -11,14 +11,6 @@
 namespace e2e {
 namespace {
 
-std::vector<int> otherRanks(const Context& ctx) {
-  std::vector<int> out;
-  for (int r = 0; r < ctx.nodes; ++r) {
-    if (r != ctx.rank) out.push_back(r);
-  }
-  return out;
-}
-
 double maxOf(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }

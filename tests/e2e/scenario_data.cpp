@@ -12,74 +12,6 @@
 namespace e2e {
 namespace {
 
-constexpr uint8_t kCanary = 0xEE;  // receive buffers are filled with it before posting
-
-// A phase: sends and receives in posting order, and what each receive buffer must hold.
-struct Phase {
-  struct Expect {
-    size_t op;
-    int idx;          // buffer within a grouped receive
-    uint8_t* data;
-    int capacity;
-    int size;         // bytes the peer sends into it
-    uint64_t seed;
-  };
-  std::string name;
-  std::vector<Op> ops;
-  std::vector<Expect> expects;
-  size_t bytes = 0;   // sent by this rank
-
-  void addSend(void* comm, uint8_t* data, int size, int tag, void* mh, uint64_t seed, std::string label) {
-    fillPattern(data, static_cast<size_t>(size), seed);
-    ops.push_back(sendOp(comm, data, size, tag, mh, std::move(label)));
-    bytes += static_cast<size_t>(size);
-  }
-  // A grouped receive of n buffers: capacities[i] bytes at data[i] with tags[i]; the peer
-  // sends sizes[i] bytes from patterns seeds[i].
-  void addRecv(void* comm, int n, uint8_t* const* data, const int* capacities, const int* tags,
-               void* mh, const int* sizes, const uint64_t* seeds, std::string label) {
-    Op op;
-    op.send = false;
-    op.comm = comm;
-    op.n = n;
-    op.label = std::move(label);
-    for (int i = 0; i < n; ++i) {
-      memset(data[i], kCanary, static_cast<size_t>(capacities[i]));
-      op.data[i] = data[i];
-      op.sizes[i] = capacities[i];
-      op.tags[i] = tags[i];
-      op.mh[i] = mh;
-      expects.push_back({ops.size(), i, data[i], capacities[i], sizes[i], seeds[i]});
-    }
-    ops.push_back(op);
-  }
-};
-
-// Runs a phase and checks every receive: reported size, contents, nothing written past
-// the sent size.
-double runPhase(Context& ctx, Engine& engine, Phase& phase, bool shuffle) {
-  setPhase("pair: " + phase.name);
-  Clock::time_point t0 = Clock::now();
-  EngineOptions opt;
-  opt.shuffleTests = shuffle;
-  engine.run(phase.ops, ctx.deadline, opt);
-  double seconds = secondsSince(t0);
-  for (const Phase::Expect& e : phase.expects) {
-    const Op& op = phase.ops[e.op];
-    std::string where = format("%s, buffer %d of %d (tag %d, capacity %d, peer sent %d bytes)",
-                               op.label.c_str(), e.idx, op.n, op.tags[e.idx], e.capacity, e.size);
-    if (op.got[e.idx] != e.size) {
-      fail("%s: test() reported %d bytes received, expected %d", where.c_str(), op.got[e.idx], e.size);
-    }
-    std::string bad = checkPattern(e.data, static_cast<size_t>(e.size), e.seed);
-    if (!bad.empty()) fail("%s: data corrupt: %s", where.c_str(), bad.c_str());
-    bad = checkFill(e.data + e.size, static_cast<size_t>(e.capacity - e.size), kCanary);
-    if (!bad.empty()) fail("%s: written past the %d bytes sent: %s", where.c_str(), e.size, bad.c_str());
-  }
-  say("pair %s: %zu ops ok in %.3f s", phase.name.c_str(), phase.ops.size(), seconds);
-  return seconds;
-}
-
 // Sizes of the 32-outstanding phase and of the grouped phase, indexed by message/tag.
 int windowSize(int m) {
   static const int kSizes[] = {0, 1, 7, 100, 4096, 4097, 65536, 12345};
@@ -136,29 +68,17 @@ class PairTest {
   void group(int g) {
     Phase ph;
     ph.name = format("group %d of 8", g);
-    int base = 100 + g * kMaxGroup;
-    int recvTags[kMaxGroup], sendTags[kMaxGroup];
-    for (int i = 0; i < kMaxGroup; ++i) recvTags[i] = sendTags[i] = base + i;
-    std::shuffle(recvTags, recvTags + kMaxGroup, engine_.rng());
-    std::shuffle(sendTags, sendTags + kMaxGroup, engine_.rng());
-    uint8_t* dst[kMaxGroup];
-    int caps[kMaxGroup], want[kMaxGroup];
-    uint64_t seeds[kMaxGroup];
-    for (int i = 0; i < kMaxGroup; ++i) {
-      int slot = recvTags[i] - base;
-      dst[i] = in_.data() + static_cast<size_t>(i) * kSlot;
-      caps[i] = 65536;
-      want[i] = groupSize(g, slot);
-      seeds[i] = patternSeed(peer_, ctx_.rank, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(slot));
+    int sizes[kMaxGroup];
+    Phase::GroupSide out{sc_, out_.data(), mhOut_, kSlot, {}}, in{rc_, in_.data(), mhIn_, kSlot, {}};
+    for (int s = 0; s < kMaxGroup; ++s) {
+      sizes[s] = groupSize(g, s);
+      out.seeds[s] = patternSeed(ctx_.rank, peer_, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(s));
+      in.seeds[s] = patternSeed(peer_, ctx_.rank, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(s));
     }
-    for (int i = 0; i < kMaxGroup; ++i) {
-      int slot = sendTags[i] - base;
-      ph.addSend(sc_, out_.data() + static_cast<size_t>(i) * kSlot, groupSize(g, slot), sendTags[i], mhOut_,
-                 patternSeed(ctx_.rank, peer_, 3, static_cast<uint64_t>(g), static_cast<uint64_t>(slot)),
-                 label(format("group %d tag %d", g, sendTags[i]).c_str(), i, true));
-    }
-    ph.addRecv(rc_, kMaxGroup, dst, caps, recvTags, mhIn_, want, seeds,
-               label(format("group %d (n=8)", g).c_str(), 0, false));
+    ph.addShuffledGroup(
+        engine_.rng(), 100 + g * kMaxGroup, sizes, 65536, out, in,
+        [&](int s) { return label(format("group %d tag %d", g, 100 + g * kMaxGroup + s).c_str(), s, true); },
+        label(format("group %d (n=8)", g).c_str(), 0, false));
     run(ph, true);
   }
 

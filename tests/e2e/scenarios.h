@@ -36,6 +36,8 @@ std::string runDemo(Context& ctx);
 std::string runContract(Context& ctx);
 std::string runAbortReload(Context& ctx);
 std::string runFork(Context& ctx);
+// scenario_relay.cpp
+std::string runRelay(Context& ctx);
 
 // dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
 // runs in the parent: waits for the child and turns its planned death into exit 0.
@@ -55,6 +57,8 @@ double envSeconds(const char* name, double fallbackMs);
 
 // Requires the run to have `nodes` ranks (0: at least 2).
 void requireNodes(const Context& ctx, int nodes);
+// Every rank but this one, ascending.
+std::vector<int> otherRanks(const Context& ctx);
 
 // --- routing ---------------------------------------------------------------------------------
 struct RouteReport {

@@ -242,6 +242,86 @@ size_t Engine::postOnly(std::vector<Op>& ops, const Deadline& deadline, int* err
   return posted;
 }
 
+// --- phases -------------------------------------------------------------------------------
+
+void Phase::addSend(void* comm, uint8_t* data, int size, int tag, void* mh, uint64_t seed, std::string label) {
+  fillPattern(data, static_cast<size_t>(size), seed);
+  ops.push_back(sendOp(comm, data, size, tag, mh, std::move(label)));
+  bytes += static_cast<size_t>(size);
+}
+
+void Phase::addRecv(void* comm, int n, uint8_t* const* data, const int* capacities, const int* tags, void* mh,
+                    const int* sizes, const uint64_t* seeds, std::string label, int guard) {
+  Op op;
+  op.send = false;
+  op.comm = comm;
+  op.n = n;
+  op.label = std::move(label);
+  for (int i = 0; i < n; ++i) {
+    memset(data[i], kCanary, static_cast<size_t>(capacities[i] + guard));
+    op.data[i] = data[i];
+    op.sizes[i] = capacities[i];
+    op.tags[i] = tags[i];
+    op.mh[i] = mh;
+    expects.push_back({ops.size(), i, data[i], capacities[i], sizes[i], seeds[i], guard});
+  }
+  ops.push_back(op);
+}
+
+std::vector<int> Phase::addShuffledGroup(std::mt19937& rng, int firstTag, const int* sizes, int capacity,
+                                         const GroupSide& send, const GroupSide& recv,
+                                         const std::function<std::string(int slot)>& sendLabel,
+                                         const std::string& recvLabel, int guard) {
+  int recvTags[kMaxGroup], sendTags[kMaxGroup];
+  for (int i = 0; i < kMaxGroup; ++i) recvTags[i] = sendTags[i] = firstTag + i;
+  std::shuffle(recvTags, recvTags + kMaxGroup, rng);
+  std::shuffle(sendTags, sendTags + kMaxGroup, rng);
+  uint8_t* dst[kMaxGroup];
+  int caps[kMaxGroup], want[kMaxGroup];
+  uint64_t seeds[kMaxGroup];
+  for (int i = 0; i < kMaxGroup; ++i) {
+    int slot = recvTags[i] - firstTag;
+    dst[i] = recv.at + static_cast<size_t>(i) * recv.stride;
+    caps[i] = capacity;
+    want[i] = sizes[slot];
+    seeds[i] = recv.seeds[slot];
+  }
+  for (int i = 0; i < kMaxGroup; ++i) {
+    int slot = sendTags[i] - firstTag;
+    addSend(send.comm, send.at + static_cast<size_t>(i) * send.stride, sizes[slot], sendTags[i], send.mh,
+            send.seeds[slot], sendLabel(slot));
+  }
+  addRecv(recv.comm, kMaxGroup, dst, caps, recvTags, recv.mh, want, seeds, recvLabel, guard);
+  return std::vector<int>(sendTags, sendTags + kMaxGroup);
+}
+
+double runPhase(Context& ctx, Engine& engine, Phase& phase, bool shuffle) {
+  setPhase(ctx.scenario + ": " + phase.name);
+  Clock::time_point t0 = Clock::now();
+  EngineOptions opt;
+  opt.shuffleTests = shuffle;
+  engine.run(phase.ops, ctx.deadline, opt);
+  double seconds = secondsSince(t0);
+  for (const Phase::Expect& e : phase.expects) {
+    const Op& op = phase.ops[e.op];
+    std::string where = format("%s, buffer %d of %d (tag %d, capacity %d, peer sent %d bytes)",
+                               op.label.c_str(), e.idx, op.n, op.tags[e.idx], e.capacity, e.size);
+    int landed = std::min(e.size, e.capacity);
+    if (op.got[e.idx] != landed) {
+      fail("%s: test() reported %d bytes received, expected %d", where.c_str(), op.got[e.idx], landed);
+    }
+    std::string bad = checkPattern(e.data, static_cast<size_t>(landed), e.seed);
+    if (!bad.empty()) fail("%s: data corrupt: %s", where.c_str(), bad.c_str());
+    bad = checkFill(e.data + landed, static_cast<size_t>(e.capacity + e.guard - landed), kCanary);
+    if (!bad.empty()) {
+      fail("%s: written past the %d bytes that landed (posted %d, guard %d after it): %s", where.c_str(), landed,
+           e.capacity, e.guard, bad.c_str());
+    }
+  }
+  say("%s %s: %zu ops ok in %.3f s", ctx.scenario.c_str(), phase.name.c_str(), phase.ops.size(), seconds);
+  return seconds;
+}
+
 // --- patterns -----------------------------------------------------------------------------
 
 namespace {

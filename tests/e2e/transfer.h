@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,6 +96,61 @@ class Engine {
  public:
   long flushes() const { return flushes_; }
 };
+
+// --- phases: ops run together, then every receive buffer checked ----------------------------
+
+constexpr uint8_t kCanary = 0xEE;  // receive buffers are filled with it before posting
+
+// Sends and receives in posting order, and what each receive buffer must hold afterwards.
+// A receive of `capacity` bytes whose peer sends `size` bytes must report min(size,
+// capacity) (larger sends are truncated, as NCCL's IB transport does), hold the peer's
+// pattern there, and keep the canary from there to capacity + guard: nothing written past
+// what landed, nor past the posted buffer.
+struct Phase {
+  struct Expect {
+    size_t op;
+    int idx;          // buffer within a grouped receive
+    uint8_t* data;
+    int capacity;
+    int size;         // bytes the peer sends into it
+    uint64_t seed;
+    int guard;        // canary bytes after the posted capacity
+  };
+  std::string name;
+  std::vector<Op> ops;
+  std::vector<Expect> expects;
+  size_t bytes = 0;   // sent by this rank
+
+  // Fills data with the pattern of `seed` and appends the isend.
+  void addSend(void* comm, uint8_t* data, int size, int tag, void* mh, uint64_t seed, std::string label);
+  // A grouped receive of n buffers: capacities[i] bytes at data[i] with tags[i]; the peer
+  // sends sizes[i] bytes from patterns seeds[i]. The canary covers capacity + guard bytes.
+  void addRecv(void* comm, int n, uint8_t* const* data, const int* capacities, const int* tags, void* mh,
+               const int* sizes, const uint64_t* seeds, std::string label, int guard = 0);
+
+  // One side of a shuffled group: kMaxGroup buffers `stride` bytes apart from `at`, and the
+  // pattern of the message of each tag slot (the send side's own, the receive side's peer's).
+  struct GroupSide {
+    void* comm;
+    uint8_t* at;
+    void* mh;
+    size_t stride;
+    uint64_t seeds[kMaxGroup];
+  };
+  // A grouped receive of the kMaxGroup tags firstTag.. (each buffer `capacity` bytes, the
+  // tags in a shuffled buffer order) and this side's kMaxGroup sends of the same tags, issued
+  // in another shuffled order (both from `rng`); tag firstTag + s carries sizes[s] bytes.
+  // Returns the tags in the order the sends are issued.
+  std::vector<int> addShuffledGroup(std::mt19937& rng, int firstTag, const int* sizes, int capacity,
+                                    const GroupSide& send, const GroupSide& recv,
+                                    const std::function<std::string(int slot)>& sendLabel,
+                                    const std::string& recvLabel, int guard = 0);
+};
+
+// Runs a phase through `engine` and checks every receive (reported size, contents, the
+// canary after them); the phase is named "<scenario>: <phase name>" while it runs.
+// Returns its seconds.
+double runPhase(Context& ctx, Engine& engine, Phase& phase, bool shuffle);
 
 // --- data patterns ------------------------------------------------------------------------
 

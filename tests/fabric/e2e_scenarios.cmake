@@ -36,3 +36,14 @@ fabric_scenario(fork 2 60 -- fork)
 fabric_scenario(allreduce_mesh8 8 120 -- allreduce --pairs 4)
 fabric_scenario(allreduce_ring8 8 120 --topology ring -- allreduce --pairs 4)
 fabric_scenario(connect_mesh8 8 120 -- connect-mesh --comms 4)
+# Issue 15's acceptance: every ordered pair, cabled or not, byte-exact through the ABI (v8 and
+# v11). On a full mesh every pair is direct, so these pass without the relay.
+fabric_scenario(relay_full3 3 120 -- relay --big 8M)
+fabric_scenario(relay_full3_v11 3 120 -- relay --api v11 --big 8M)
+# These need the relay (issue 15): without it the uncabled pairs fail at connect with the
+# routing error. Enable them with the relay. --big stays at its default, 64 MiB: more than a
+# relay's staging ring holds.
+# fabric_scenario(relay_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
+# fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay --api v11)
+# fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- relay)
+# fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
