@@ -239,15 +239,16 @@ void Plugin::startRelay() {
     RdmaTransport all(&discovery_, commSettings());
     nics = all.localNics();
   }
-  nodeId_ = nodeIdFromPorts(nics);
-  routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));
-  if (routes_->start() != ncclSuccess) routes_.reset();
   HandshakeSettings hs;
   hs.timeoutMs = config_.connectTimeoutMs;
   hs.peerTimeoutMs = config_.peerTimeoutMs;
   hs.listenAny = false;
   relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_));
   if (relay_->start() != ncclSuccess) relay_.reset();
+  // After the relay port is bound: what the HELLOs announce is then reachable.
+  nodeId_ = nodeIdFromPorts(nics);
+  routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));
+  if (routes_->start() != ncclSuccess) routes_.reset();
 }
 
 NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {

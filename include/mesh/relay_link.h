@@ -98,6 +98,8 @@ class RelayFwdComm : public SendComm {
   // The group's final immediates (and its sizes array when C needs one).
   ncclResult_t finishGroup(int slot, int n, const uint64_t* sizes);
   ncclResult_t pollCompletions() { return progress(); }
+  // Every WR posted has completed.
+  bool idle() const;
   uint64_t released() const { return released_; }
   ncclResult_t failure() const { return failure_; }
   ncclResult_t checkAlive(const char* doing) { return checkPeer(doing); }
@@ -123,6 +125,9 @@ class RelayLink {
   // caller closes it (both comms, both control links), which A and C see as their peer
   // gone.
   ncclResult_t step(bool* active);
+  // The link ended because an end closed it (NCCL closed the comm, or its process exited),
+  // after everything A had sent was delivered to C: no error, just the end.
+  bool closedCleanly() const { return closedCleanly_; }
   const std::string& name() const { return name_; }
   // Why it failed, for the log.
   std::string failureText() const;
@@ -148,6 +153,8 @@ class RelayLink {
   uint64_t releasedSent_ = 0;
   uint64_t bytes_ = 0;
   std::string error_;
+  bool draining_ = false;       // A closed: deliver what it sent, then end
+  bool closedCleanly_ = false;
 };
 
 }  // namespace mesh

@@ -27,6 +27,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +105,7 @@ class RelayService {
   // Relay thread only:
   std::vector<std::unique_ptr<Session>> sessions_;
   std::vector<std::unique_ptr<RelayLink>> links_;
+  std::vector<int> listenFds_;  // bound by start(), then the thread's
   bool pinned_ = false;
   uint64_t relayedTotal_ = 0;
 };
@@ -116,8 +119,12 @@ struct RelayConnectSettings {
 
 class RelayConnector {
  public:
-  RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, std::vector<NextHop> candidates,
-                 ConnOptions opts, RelayConnectSettings s);
+  // `lookup` gives the candidate next hops, preferred first; while it has none (the route
+  // service has not heard the neighbours yet: they may start later than we do), it is asked
+  // again on every poll until the connect timeout.
+  using Lookup = std::function<std::vector<NextHop>()>;
+  RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup, ConnOptions opts,
+                 RelayConnectSettings s);
   ~RelayConnector();
   // nullptr while pending; the SendComm (towards the relay) when done; an error, with a WARN
   // naming every path tried, when no candidate relayed.
@@ -133,7 +140,10 @@ class RelayConnector {
   Handshaker* hs_;
   std::vector<LocalNic> nics_;
   Handle target_;
+  Lookup lookup_;
   std::vector<NextHop> candidates_;
+  std::chrono::steady_clock::time_point routeDeadline_;
+  std::chrono::steady_clock::time_point retryAt_;
   ConnOptions opts_;
   RelayConnectSettings settings_;
   size_t index_ = 0;

@@ -30,14 +30,15 @@ std::string addrList(const std::vector<HandleAddress>& addrs) {
 }
 }  // namespace
 
-RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target,
-                               std::vector<NextHop> candidates, ConnOptions opts, RelayConnectSettings s)
+RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup,
+                               ConnOptions opts, RelayConnectSettings s)
     : hs_(hs),
       nics_(std::move(nics)),
       target_(std::move(target)),
-      candidates_(std::move(candidates)),
+      lookup_(std::move(lookup)),
       opts_(opts),
       settings_(s) {
+  routeDeadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.timeoutMs);
   std::random_device rd;
   request_ = (uint64_t{rd()} << 32) | rd();
 }
@@ -74,8 +75,7 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
       std::string all;
       for (const std::string& t : tried_) all += "; " + t;
       MESH_WARN("connect to %s: no cable to it, and no relay took the connection%s%s", addrList(target_.addrs).c_str(),
-                candidates_.empty() ? " (no route: check NCCL_MESH_RELAY on the neighbours, or NCCL_MESH_ROUTES)" : "",
-                all.c_str());
+                "", all.c_str());
       return ncclSystemError;
     }
     if (state_ == State::Leg) {
@@ -103,9 +103,28 @@ ncclResult_t RelayConnector::stepCandidate() {
   }
   switch (state_) {
     case State::Start: {
+      if (candidates_.empty() && tried_.empty()) {
+        candidates_ = lookup_();
+        if (candidates_.empty()) {
+          if (now < routeDeadline_) return ncclSuccess;  // no neighbour heard yet: NCCL calls again
+          tried_.push_back("no neighbour announced a route to it within " + std::to_string(settings_.timeoutMs) +
+                           " ms (NCCL_MESH_RELAY=auto on the neighbours? NCCL_MESH_ROUTES?)");
+        }
+      }
       if (index_ >= candidates_.size()) {
-        state_ = State::Failed;
-        return ncclSuccess;
+        // Every candidate failed. Until the connect timeout, ask again every 100 ms: a
+        // neighbour's relay may not be listening yet, or its staging memory may free up.
+        if (now >= routeDeadline_ || candidates_.empty()) {
+          state_ = State::Failed;
+          return ncclSuccess;
+        }
+        if (retryAt_ == std::chrono::steady_clock::time_point()) retryAt_ = now + std::chrono::milliseconds(100);
+        if (now < retryAt_) return ncclSuccess;
+        retryAt_ = std::chrono::steady_clock::time_point();
+        std::vector<NextHop> again = lookup_();
+        if (!again.empty()) candidates_ = again;
+        index_ = 0;
+        tried_.clear();
       }
       const NextHop& hop = candidates_[index_];
       uint32_t local = 0;

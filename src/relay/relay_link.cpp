@@ -205,6 +205,13 @@ ncclResult_t RelayFwdComm::finishGroup(int slot, int n, const uint64_t* sizes) {
   return ncclSuccess;
 }
 
+bool RelayFwdComm::idle() const {
+  for (int q = 0; q < nqps_; ++q) {
+    if (qps_[q].credits != kSendQueueDepth) return false;
+  }
+  return true;
+}
+
 // Every WR is signaled (postOne posts batches of one); chunk WRITEs on QP 0 complete in
 // order, so their count is the number of ring slots free again.
 void RelayFwdComm::onCompletion(const ibv_wc& wc) {
@@ -254,6 +261,31 @@ ncclResult_t RelayLink::step(bool* active) {
     MESH_CHECK(leg_->sendReleased(released));
     if (leg_->failure() == ncclSuccess) releasedSent_ = released;
     *active = true;
+  }
+  // An end that closed its control socket without an error closed its comm (or exited).
+  // A's sends completed only once their chunks were in our ring, so what A sent is still
+  // delivered before the link ends; when C closed there is nobody left to deliver to.
+  auto closedClean = [](const PreparedConn& c) {
+    return c.control != nullptr && c.control->closed.load(std::memory_order_acquire) &&
+           c.control->error.load(std::memory_order_relaxed) == 0;
+  };
+  if (closedClean(*fwd_)) {
+    closedCleanly_ = true;
+    error_ = "the receiver closed the connection";
+    return ncclRemoteError;
+  }
+  if (closedClean(*leg_)) {
+    if (!draining_) {
+      draining_ = true;
+      *active = true;  // one more round: completions the close overtook
+      return ncclSuccess;
+    }
+    if (!*active && ringRecv_ == fwd_->released() && !haveSizes_ && fwd_->idle()) {
+      closedCleanly_ = true;
+      error_ = "the sender closed the connection";
+      return ncclRemoteError;
+    }
+    return fwd_->checkAlive("while relaying");
   }
   MESH_CHECK(leg_->checkAlive("while relaying"));
   return fwd_->checkAlive("while relaying");

@@ -78,6 +78,9 @@ RelayService::~RelayService() { stop(); }
 ncclResult_t RelayService::start() {
   if (thread_.joinable()) return ncclSuccess;
   stop_.store(false);
+  // Bound before the route service announces us: a neighbour that learned a route through
+  // this node finds the port open (unless another process of the node serves it).
+  bindListeners(&listenFds_);
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::exception& e) {
@@ -249,7 +252,12 @@ bool RelayService::stepSession(Session& s) {
 }
 
 void RelayService::endLink(std::unique_ptr<RelayLink> link, const std::string& why) {
-  MESH_WARN("relay: connection %s ended: %s; both ends see their peer gone", link->name().c_str(), why.c_str());
+  if (link->closedCleanly()) {
+    MESH_INFO(NCCL_NET, "relay: connection %s closed: %s (%llu bytes relayed)", link->name().c_str(), why.c_str(),
+              static_cast<unsigned long long>(link->bytesRelayed()));
+  } else {
+    MESH_WARN("relay: connection %s ended: %s; both ends see their peer gone", link->name().c_str(), why.c_str());
+  }
   hs_->closeControl(link->leg()->control);
   hs_->closeControl(link->fwd()->control);
   memUsed_ -= link->ringBytes();
@@ -274,7 +282,8 @@ void RelayService::pinLibrary() {
 void RelayService::run() {
   pthread_setname_np(pthread_self(), "mesh-relay");
   std::vector<int> lfds;
-  auto lastBind = Clock::now() - std::chrono::seconds(10);
+  lfds.swap(listenFds_);
+  auto lastBind = Clock::now();
   auto lastWork = Clock::now();
   std::vector<pollfd> pfds;
   while (!stop_.load(std::memory_order_relaxed)) {

@@ -43,7 +43,7 @@ fabric_scenario(relay_full3_v11 3 120 -- relay --api v11 --big 8M)
 # These need the relay (issue 15): without it the uncabled pairs fail at connect with the
 # routing error. Enable them with the relay. --big stays at its default, 64 MiB: more than a
 # relay's staging ring holds.
-# fabric_scenario(relay_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
-# fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay --api v11)
-# fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- relay)
-# fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
+fabric_scenario(relay_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
+fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay --api v11)
+fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- relay)
+fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
