@@ -277,6 +277,11 @@ size_t RouteService::neighbourCount() const {
   return core_->table.neighbourCount();
 }
 
+std::vector<NeighbourLink> RouteService::neighbours() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->table.neighbours();
+}
+
 RouteServiceCounters RouteService::counters() const {
   std::lock_guard<std::mutex> lock(core_->mutex);
   return core_->counters;

@@ -169,6 +169,11 @@ TEST(RouteService, TwoNodesLearnEachOthersSubnets) {
       << "A: " << ::testing::PrintToString(pair.a->describe()) << "\nB: " << ::testing::PrintToString(pair.b->describe());
   EXPECT_EQ(pair.a->neighbourCount(), 1u);
   EXPECT_EQ(pair.b->neighbourCount(), 1u);
+  std::vector<NeighbourLink> seen = pair.a->neighbours();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].localPort, 0);
+  EXPECT_EQ(seen[0].node, pair.b->self());
+  EXPECT_EQ(seen[0].linkAddr, ip("127.0.1.2"));
   EXPECT_NE(pair.a->self(), pair.b->self());
 
   // A peer on B's far subnet is reached through B's address on the shared link.
