@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +32,7 @@
 #include "mesh/route_service.h"
 #include "mesh/routes.h"
 #include "mesh/subnet_routing.h"
+#include "mesh/text.h"
 #include "mesh/version.h"
 
 namespace {
@@ -299,20 +299,10 @@ struct RelayView {
   std::function<mesh::NextHopResult(const std::vector<mesh::HandleAddress>&)> nextHops;
 };
 
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
-
 RelayView computedRelay(const mesh::Plugin& plugin) {
   auto table = std::make_shared<mesh::RouteTable>(relayTable(plugin));
   RelayView v;
-  v.title = format("Relay routes (not yet active: NCCL_MESH_RELAY=off; this node's links and\n"
+  v.title = mesh::strf("Relay routes (not yet active: NCCL_MESH_RELAY=off; this node's links and\n"
                    "NCCL_MESH_ROUTES only, no neighbour heard), max %d relay hop(s): %zu",
                    plugin.config().relayMaxHops, table->routes().size());
   v.lines = table->describe();
@@ -368,20 +358,23 @@ bool listenRelay(const Options& opt, const mesh::Plugin& plugin, RelayView* view
               everyPortHeard(nics, live->service->neighbours());
   }
   view->live = true;
-  view->title = format("Relay routes learned by listening %.1f s (%s; node 0x%016llx, UDP port %d),\n"
+  view->title = mesh::strf("Relay routes learned by listening %.1f s (%s; node 0x%016llx, UDP port %d),\n"
                        "max %d relay hop(s): %zu",
                        std::chrono::duration<double>(Clock::now() - begin).count(),
                        settled ? "settled" : "--listen time ran out",
                        static_cast<unsigned long long>(live->service->self()), live->service->udpPort(),
                        settings.routes.maxHops, last.size());
   view->lines = last;
-  view->problems = relayTable(plugin).staticProblems();  // the same ports and routes: the same problems
+  view->problems = relayTable(plugin).staticProblems();  // the same ports and routes, the same problems
   for (const mesh::NeighbourLink& n : live->service->neighbours()) {
-    view->neighbours.push_back(format("neighbour node 0x%016llx on %s (%s)", static_cast<unsigned long long>(n.node),
-                                      plugin.discovery().ports[static_cast<size_t>(n.localPort)].label().c_str(),
-                                      mesh::formatIpv4(n.linkAddr).c_str()));
+    view->neighbours.push_back(mesh::strf("neighbour node 0x%016llx on %s (%s)",
+                                          static_cast<unsigned long long>(n.node),
+                                          nics[static_cast<size_t>(n.localPort)].label.c_str(),
+                                          mesh::formatIpv4(n.linkAddr).c_str()));
   }
-  view->nextHops = [live](const std::vector<mesh::HandleAddress>& peer) { return live->service->nextHops(peer); };
+  view->nextHops = [live](const std::vector<mesh::HandleAddress>& peer) {
+    return live->service->nextHops(peer);
+  };
   return true;
 }
 
