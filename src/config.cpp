@@ -316,8 +316,8 @@ std::vector<Setting> buildTable() {
       relaySetting(),
       staticRoutesSetting(),
       intSetting("NCCL_MESH_RELAY_PORT", "41517",
-                 "Relay: TCP port of the relay service on the mesh addresses; "
-                 "the same on every node (1..65535)",
+                 "Relay: TCP port of the relay service on the mesh addresses, and UDP port "
+                 "of its route HELLOs; the same on every node (1..65535)",
                  &Config::relayPort, 1, 65535),
       intSetting("NCCL_MESH_RELAY_MAX_HOPS", "2",
                  "Relay: most relay nodes on one path (1..15); a 6-node ring "

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "mesh/text.h"
+
 namespace mesh {
 
 namespace {
@@ -22,16 +24,6 @@ uint64_t mix(uint64_t x) {  // splitmix64's finalizer: every word of the pattern
 }
 
 uint64_t patternWord(uint64_t seed, size_t word) { return mix(seed * 0x100000001b3ull + word); }
-
-std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string strf(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 std::string joinSizes(const std::vector<size_t>& sizes) {
   std::string out;

@@ -99,6 +99,7 @@ class RouteService {
   NextHopResult nextHops(const std::vector<HandleAddress>& peer) const;
   std::vector<std::string> describe() const;
   size_t neighbourCount() const;
+  std::vector<NeighbourLink> neighbours() const;
   RouteServiceCounters counters() const;
 
   struct Core;  // the state the reactor's handlers share (defined in route_service.cpp)

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small text helpers shared by the settings and filter parsers. Header-only.
+// Small text helpers shared by the settings and filter parsers and the tools. Header-only.
 #pragma once
 
 #include <cctype>
+#include <cstdarg>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mesh {
 
@@ -14,6 +17,23 @@ inline std::string trim(const std::string& s) {
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
   return s.substr(b, e - b);
+}
+
+// printf into a std::string, whatever its length.
+inline std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline std::string strf(const char* fmt, ...) {
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof(small), fmt, ap);
+  va_end(ap);
+  if (n < 0) return std::string();
+  if (static_cast<size_t>(n) < sizeof(small)) return std::string(small, static_cast<size_t>(n));
+  std::vector<char> big(static_cast<size_t>(n) + 1);
+  va_start(ap, fmt);
+  vsnprintf(big.data(), big.size(), fmt, ap);
+  va_end(ap);
+  return std::string(big.data(), static_cast<size_t>(n));
 }
 
 }  // namespace mesh

@@ -232,7 +232,8 @@ ncclResult_t RouteService::start() {
     MESH_WARN("relay: route service not started: the reactor is not running (plugin shut down?)");
     return ncclInternalError;
   }
-  MESH_INFO(NCCL_NET, "relay: route discovery as node %s on UDP port %d, HELLOs every %d ms on %zu address(es)",
+  MESH_INFO(NCCL_NET,
+            "relay: route discovery as node %s on UDP port %d, HELLOs every %d ms on %zu address(es)",
             nodeText(self_).c_str(), c.boundPort.load(), c.settings.helloMs, c.senders.size());
   return ncclSuccess;
 }
@@ -275,6 +276,11 @@ std::vector<std::string> RouteService::describe() const {
 size_t RouteService::neighbourCount() const {
   std::lock_guard<std::mutex> lock(core_->mutex);
   return core_->table.neighbourCount();
+}
+
+std::vector<NeighbourLink> RouteService::neighbours() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->table.neighbours();
 }
 
 RouteServiceCounters RouteService::counters() const {
@@ -320,7 +326,9 @@ void RouteService::Core::sendHellos() {
     std::string why;
     if (!encodeRelay(msg, &bytes, &why)) {
       // Only a table that breaks the codec's limits gets here; one WARN per socket.
-      if (!s.failing) MESH_WARN("relay: cannot encode the HELLO for %s: %s", portLabel(nic).c_str(), why.c_str());
+      if (!s.failing) {
+        MESH_WARN("relay: cannot encode the HELLO for %s: %s", portLabel(nic).c_str(), why.c_str());
+      }
       s.failing = true;
       continue;
     }
@@ -329,8 +337,8 @@ void RouteService::Core::sendHellos() {
                          reinterpret_cast<const sockaddr*>(&to), sizeof(to));
       if (n == static_cast<ssize_t>(bytes.size())) {
         if (s.failing) {
-          MESH_INFO(NCCL_NET, "relay: HELLOs from %s on %s are sent again", formatIpv4(s.addr.ip.addr).c_str(),
-                    portLabel(nic).c_str());
+          MESH_INFO(NCCL_NET, "relay: HELLOs from %s on %s are sent again",
+                    formatIpv4(s.addr.ip.addr).c_str(), portLabel(nic).c_str());
         }
         s.failing = false;
         std::lock_guard<std::mutex> lock(mutex);
@@ -385,7 +393,8 @@ void RouteService::Core::handleDatagram(uint32_t src, const uint8_t* data, size_
   if (wireLen > kRelayMaxMessage) {
     why = std::to_string(wireLen) + " bytes, longer than any relay message";
   } else if (parseRelay(data, len, &msg, &why) && msg.type != RelayType::Hello) {
-    why = "a relay message of type " + std::to_string(static_cast<int>(msg.type)) + " (only HELLOs come by UDP)";
+    why = "a relay message of type " + std::to_string(static_cast<int>(msg.type)) +
+          " (only HELLOs come by UDP)";
   }
   if (!why.empty()) {
     {

@@ -6,14 +6,19 @@
 // route, 64 bad command line.
 // --probe PEER / --serve test the cables to another node end to end (src/probe.cpp), with
 // the exit statuses of mesh/probe.h. --routes adds the relay's route table (routes.h) as
-// this node alone can compute it: its own links and NCCL_MESH_ROUTES.
+// this node alone can compute it: its own links and NCCL_MESH_ROUTES; with --listen, as
+// the route service (route_service.h) learns it from the neighbours' HELLOs.
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mesh/handle_codec.h"
@@ -23,8 +28,11 @@
 #include "mesh/plugin.h"
 #include "mesh/probe.h"
 #include "mesh/probe_plan.h"
+#include "mesh/reactor.h"
+#include "mesh/route_service.h"
 #include "mesh/routes.h"
 #include "mesh/subnet_routing.h"
+#include "mesh/text.h"
 #include "mesh/version.h"
 
 namespace {
@@ -33,9 +41,10 @@ constexpr int kExitOk = 0;
 constexpr int kExitNoPort = 1;
 constexpr int kExitNoRoute = 2;
 constexpr int kExitUsage = 64;  // EX_USAGE
+constexpr int kListenMaxS = 60;
 
 const char kUsage[] =
-    "usage: nccl-mesh-info [-v] [--json] [--routes] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
+    "usage: nccl-mesh-info [-v] [--json] [--routes [--listen S]] [--peer ADDR[/LEN][,ADDR[/LEN]...]]...\n"
     "       nccl-mesh-info --probe PEER[:PORT] [--timeout S] [-v]\n"
     "       nccl-mesh-info --serve [--port PORT] [--bind ADDR] [--once [--timeout S]] [-v]\n"
     "       nccl-mesh-info --settings | --version | --help\n"
@@ -65,7 +74,12 @@ const char kUsage[] =
     "  --routes      also print the relay's route table (not yet active: NCCL_MESH_RELAY is\n"
     "                off) from this node's links and NCCL_MESH_ROUTES, and for each --peer\n"
     "                without a cable the neighbour a relay would go through. Routes learned\n"
-    "                from neighbours appear once the relay service exchanges HELLOs\n"
+    "                from neighbours appear with --listen\n"
+    "  --listen S    with --routes: run the relay's route discovery for up to S seconds\n"
+    "                (1..60): send HELLOs on every port (UDP NCCL_MESH_RELAY_PORT) and print\n"
+    "                the table learned from the neighbours' HELLOs once every port has heard\n"
+    "                a neighbour and the table has not changed for 2 HELLO periods, or when S\n"
+    "                run out. Run it on every node at about the same time\n"
     "  --json        machine-readable output on stdout\n"
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
     "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
@@ -100,6 +114,7 @@ struct Options {
   bool settings = false;
   bool version = false;
   bool routes = false;
+  int listenS = 0;  // --listen: 0 = off
   std::string probe;  // --probe PEER
   bool serve = false;
   bool once = false;
@@ -160,6 +175,14 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->serve = true;
     } else if (arg == "--once") {
       opt->once = true;
+    } else if (arg == "--listen") {
+      char* end = nullptr;
+      long v = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
+      if (end == nullptr || *end != '\0' || v < 1 || v > kListenMaxS) {
+        *error = "--listen needs a number of seconds, 1.." + std::to_string(kListenMaxS);
+        return false;
+      }
+      opt->listenS = static_cast<int>(v);
     } else if (arg == "--probe" || arg == "--port" || arg == "--bind" || arg == "--timeout") {
       if (i + 1 >= argc) {
         *error = arg + " needs a value";
@@ -202,6 +225,10 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       *error = "unknown argument '" + arg + "'";
       return false;
     }
+  }
+  if (opt->listenS > 0 && !opt->routes) {
+    *error = "--listen shows the route table: use it with --routes";
+    return false;
   }
   return true;
 }
@@ -261,14 +288,103 @@ mesh::RouteTable relayTable(const mesh::Plugin& plugin) {
   return mesh::RouteTable(0, localNics(plugin.discovery()), settings, plugin.config().staticRoutes);
 }
 
-std::vector<PeerRoutes> routeAll(const Options& opt, const mesh::Plugin& plugin) {
+// The relay's table as the output shows it: computed by this node alone, or learned from
+// the neighbours (--listen).
+struct RelayView {
+  std::string title;                    // the text output's heading
+  std::vector<std::string> lines;       // RouteTable::describe()
+  std::vector<std::string> problems;    // ignored static routes
+  bool live = false;                    // --listen
+  std::vector<std::string> neighbours;  // --listen: who was heard
+  std::function<mesh::NextHopResult(const std::vector<mesh::HandleAddress>&)> nextHops;
+};
+
+RelayView computedRelay(const mesh::Plugin& plugin) {
+  auto table = std::make_shared<mesh::RouteTable>(relayTable(plugin));
+  RelayView v;
+  v.title = mesh::strf("Relay routes (not yet active: NCCL_MESH_RELAY=off; this node's links and\n"
+                   "NCCL_MESH_ROUTES only, no neighbour heard), max %d relay hop(s): %zu",
+                   plugin.config().relayMaxHops, table->routes().size());
+  v.lines = table->describe();
+  v.problems = table->staticProblems();
+  v.nextHops = [table](const std::vector<mesh::HandleAddress>& peer) { return table->nextHops(peer); };
+  return v;
+}
+
+// --listen: a reactor and a route service of the tool's own (init starts neither), alive
+// until the output is written, so that a --peer's relay way comes from the learned table.
+struct LiveRelay {
+  mesh::Reactor reactor;
+  std::unique_ptr<mesh::RouteService> service;
+  ~LiveRelay() {
+    if (service) service->stop();
+    reactor.stop();
+  }
+};
+
+// Every port that can have a neighbour (an address other than a /32) has heard one.
+bool everyPortHeard(const std::vector<mesh::LocalNic>& nics, const std::vector<mesh::NeighbourLink>& heard) {
+  for (const mesh::LocalNic& nic : nics) {
+    bool linked = std::any_of(nic.addrs.begin(), nic.addrs.end(),
+                              [](const mesh::LocalAddress& a) { return a.ip.prefixLen < 32; });
+    bool found = std::any_of(heard.begin(), heard.end(),
+                             [&](const mesh::NeighbourLink& n) { return n.localPort == nic.index; });
+    if (linked && !found) return false;
+  }
+  return true;
+}
+
+bool listenRelay(const Options& opt, const mesh::Plugin& plugin, RelayView* view) {
+  using Clock = std::chrono::steady_clock;
   std::vector<mesh::LocalNic> nics = localNics(plugin.discovery());
-  mesh::RouteTable table = relayTable(plugin);
+  mesh::RouteServiceSettings settings = mesh::routeServiceSettings(plugin.config());
+  auto live = std::make_shared<LiveRelay>();
+  if (live->reactor.start() != ncclSuccess) return false;
+  live->service = std::make_unique<mesh::RouteService>(&live->reactor, nics, settings);
+  if (live->service->start() != ncclSuccess) return false;
+  Clock::time_point begin = Clock::now();
+  Clock::time_point changed = begin;
+  std::vector<std::string> last = live->service->describe();
+  bool settled = false;
+  while (!settled && Clock::now() - begin < std::chrono::seconds(opt.listenS)) {
+    // Watching the table is all the tool does meanwhile; 100 ms is a tenth of a period.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<std::string> lines = live->service->describe();
+    if (lines != last) {
+      last.swap(lines);
+      changed = Clock::now();
+    }
+    settled = Clock::now() - changed >= std::chrono::milliseconds(2 * settings.helloMs) &&
+              everyPortHeard(nics, live->service->neighbours());
+  }
+  view->live = true;
+  view->title = mesh::strf("Relay routes learned by listening %.1f s (%s; node 0x%016llx, UDP port %d),\n"
+                       "max %d relay hop(s): %zu",
+                       std::chrono::duration<double>(Clock::now() - begin).count(),
+                       settled ? "settled" : "--listen time ran out",
+                       static_cast<unsigned long long>(live->service->self()), live->service->udpPort(),
+                       settings.routes.maxHops, last.size());
+  view->lines = last;
+  view->problems = relayTable(plugin).staticProblems();  // the same ports and routes, the same problems
+  for (const mesh::NeighbourLink& n : live->service->neighbours()) {
+    view->neighbours.push_back(mesh::strf("neighbour node 0x%016llx on %s (%s)",
+                                          static_cast<unsigned long long>(n.node),
+                                          nics[static_cast<size_t>(n.localPort)].label.c_str(),
+                                          mesh::formatIpv4(n.linkAddr).c_str()));
+  }
+  view->nextHops = [live](const std::vector<mesh::HandleAddress>& peer) {
+    return live->service->nextHops(peer);
+  };
+  return true;
+}
+
+std::vector<PeerRoutes> routeAll(const Options& opt, const mesh::Plugin& plugin, const RelayView* relay) {
+  std::vector<mesh::LocalNic> nics = localNics(plugin.discovery());
   std::vector<PeerRoutes> out;
   for (const PeerSpec& spec : opt.peers) {
     std::vector<mesh::HandleAddress> peer = peerAddresses(spec, nics);
     PeerRoutes pr{&spec, mesh::routeToPeer(nics, peer), {}};
-    if (opt.routes && !pr.result.ok()) pr.relay = table.nextHops(peer);
+    if (relay != nullptr && !pr.result.ok()) pr.relay = relay->nextHops(peer);
     out.push_back(pr);
   }
   return out;
@@ -400,13 +516,14 @@ void printRoutes(const std::vector<PeerRoutes>& routes, const mesh::Discovery& d
   }
 }
 
-void printRelayTable(const mesh::Plugin& plugin) {
-  mesh::RouteTable table = relayTable(plugin);
-  printf("\nRelay routes (not yet active: NCCL_MESH_RELAY=off; this node's links and\n"
-         "NCCL_MESH_ROUTES only, no neighbour heard), max %d relay hop(s): %zu\n",
-         plugin.config().relayMaxHops, table.routes().size());
-  for (const std::string& line : table.describe()) printf("  %s\n", line.c_str());
-  for (const std::string& problem : table.staticProblems()) printf("  %s\n", problem.c_str());
+void printRelayTable(const RelayView& relay) {
+  printf("\n%s\n", relay.title.c_str());
+  for (const std::string& line : relay.lines) printf("  %s\n", line.c_str());
+  for (const std::string& problem : relay.problems) printf("  %s\n", problem.c_str());
+  if (relay.live) {
+    printf("Neighbours heard: %zu\n", relay.neighbours.size());
+    for (const std::string& n : relay.neighbours) printf("  %s\n", n.c_str());
+  }
 }
 
 // One line saying why no port is usable, for --json (the text output has printNoPortHint).
@@ -503,7 +620,7 @@ std::string jsonList(const std::vector<T>& items, Fn&& fn) {
   return "[" + out + (items.empty() ? "]" : "\n  ]");
 }
 
-void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes, bool withRelay) {
+void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes, const RelayView* relay) {
   const mesh::Discovery& d = plugin.discovery();
   std::vector<mesh::NetDevice> devices;
   for (int i = 0; i < plugin.deviceCount(); ++i) {
@@ -516,10 +633,10 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
   printf("  \"ports\": %s,\n", jsonList(d.ports, jsonPort).c_str());
   printf("  \"devices\": %s,\n",
          jsonList(devices, [&](const mesh::NetDevice& n) { return jsonDevice(n, d); }).c_str());
-  if (withRelay) {
-    mesh::RouteTable table = relayTable(plugin);
-    printf("  \"relay_routes\": %s,\n", jsonList(table.describe(), jsonString).c_str());
-    printf("  \"relay_problems\": %s,\n", jsonList(table.staticProblems(), jsonString).c_str());
+  if (relay != nullptr) {
+    printf("  \"relay_routes\": %s,\n", jsonList(relay->lines, jsonString).c_str());
+    printf("  \"relay_problems\": %s,\n", jsonList(relay->problems, jsonString).c_str());
+    if (relay->live) printf("  \"relay_neighbours\": %s,\n", jsonList(relay->neighbours, jsonString).c_str());
   }
   printf("  \"peers\": %s\n}\n",
          jsonList(routes, [&](const PeerRoutes& pr) { return jsonPeer(pr, d); }).c_str());
@@ -541,13 +658,22 @@ int report(const Options& opt) {
     fprintf(stderr, "nccl-mesh-info: the plugin failed to initialize (see the messages above)\n");
     return kExitNoPort;
   }
-  std::vector<PeerRoutes> routes = routeAll(opt, plugin);
+  RelayView relay;
+  if (opt.routes && opt.listenS > 0 && !plugin.discovery().ports.empty()) {
+    if (!listenRelay(opt, plugin, &relay)) {
+      fprintf(stderr, "nccl-mesh-info: route discovery could not start (see the messages above)\n");
+      return kExitNoPort;
+    }
+  } else if (opt.routes) {
+    relay = computedRelay(plugin);
+  }
+  std::vector<PeerRoutes> routes = routeAll(opt, plugin, opt.routes ? &relay : nullptr);
   if (opt.json) {
-    printJson(plugin, routes, opt.routes);
+    printJson(plugin, routes, opt.routes ? &relay : nullptr);
   } else {
     printPorts(plugin.discovery());
     printDevices(plugin);
-    if (opt.routes) printRelayTable(plugin);
+    if (opt.routes) printRelayTable(relay);
     printRoutes(routes, plugin.discovery());
     if (plugin.discovery().ports.empty()) printNoPortHint(plugin);
   }

@@ -46,6 +46,7 @@
 
 #include "mesh/page.h"
 #include "mesh/perf_report.h"
+#include "mesh/text.h"
 #include "mesh/tool_net.h"
 #include "mesh/version.h"
 #include "net_v8.h"
@@ -53,20 +54,11 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using mesh::strf;
 constexpr int kDefaultPort = 18600;
 constexpr int kExitFail = 1, kExitUsage = 2, kExitHung = 3, kExitWrongData = 4;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string strf(const char* fmt, ...) {
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;

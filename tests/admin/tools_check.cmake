@@ -5,7 +5,8 @@
 # --serve without a port, and their command-line errors; the JSON names a reason
 # when no port is usable; a malformed NCCL_MESH_HCA entry is reported once, with the
 # variable named once; --routes names an unusable static route, and a malformed
-# NCCL_MESH_ROUTES is one WARN naming its entry.
+# NCCL_MESH_ROUTES is one WARN naming its entry; --listen's command-line errors, and no
+# listening without a port.
 foreach(var INFO PERF VERSION)
   if(NOT ${var})
     message(FATAL_ERROR "${var} not set")
@@ -58,7 +59,14 @@ check("a malformed NCCL_MESH_ROUTES: one WARN naming the entry, the variable nam
       NOT "NCCL_MESH_ROUTES[^\n]*NCCL_MESH_ROUTES"
       ${INFO} --routes)
 unset(ENV{NCCL_MESH_ROUTES})
+check("--routes --listen without a port: exit 1 at once, the table computed, nothing heard" 1
+      "Relay routes \\(not yet active[^\n]*\n[^\n]*: 0\n"
+      NOT "learned by listening"
+      ${INFO} --routes --listen 30)
 unset(ENV{NCCL_MESH_IBVERBS_LIB})
+check("--listen needs --routes" 64 "--listen shows the route table: use it with --routes" ${INFO} --listen 5)
+check("--listen takes 1..60 seconds" 64 "--listen needs a number of seconds, 1\\.\\.60" ${INFO} --routes --listen 61)
+check("--listen without a value" 64 "--listen needs a number of seconds" ${INFO} --routes --listen)
 
 set(ENV{NCCL_MESH_HCA} "mlx5_0:x")
 check("a malformed NCCL_MESH_HCA entry: one WARN, the variable named once" ANY

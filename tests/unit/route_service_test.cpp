@@ -42,10 +42,10 @@ LocalNic nic(int index, const char* label, const char* addr, uint8_t len) {
   return n;
 }
 
-sockaddr_in loopbackTo(const char* addr, int port) {
+sockaddr_in udpTo(uint32_t addr, int port) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(ip(addr));
+  sa.sin_addr.s_addr = htonl(addr);
   sa.sin_port = htons(static_cast<uint16_t>(port));
   return sa;
 }
@@ -62,7 +62,8 @@ bool waitFor(const std::function<bool()>& cond, milliseconds deadline = millisec
 
 bool hasLine(const RouteService& s, const std::string& prefix) {
   std::vector<std::string> lines = s.describe();
-  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
 }
 
 // A and B share the link 127.0.1.0/24; A alone is on 127.0.2.0/24, B alone on 127.0.3.0/24.
@@ -74,7 +75,8 @@ struct Pair {
   std::unique_ptr<RouteService> a;
   std::unique_ptr<RouteService> b;
 
-  static RouteServiceSettings settings(const char* linkAddr, std::atomic<int>* peerPort, uint64_t holdMs) {
+  static RouteServiceSettings settings(const char* linkAddr, std::atomic<int>* peerPort,
+                                       uint64_t holdMs) {
     RouteServiceSettings s;
     s.udpPort = 0;  // any free port: tests may run in parallel
     s.helloMs = 100;
@@ -83,13 +85,8 @@ struct Pair {
     uint32_t link = ip("127.0.1.0");
     s.destinations = [peer, link, peerPort](const LocalNic&, const LocalAddress& addr, int) {
       std::vector<sockaddr_in> out;
-      if ((addr.ip.addr & prefixMask(24)) == link && peerPort->load() != 0) {
-        sockaddr_in sa{};
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(peer);
-        sa.sin_port = htons(static_cast<uint16_t>(peerPort->load()));
-        out.push_back(sa);
-      }
+      int port = peerPort->load();
+      if ((addr.ip.addr & prefixMask(24)) == link && port != 0) out.push_back(udpTo(peer, port));
       return out;
     };
     return s;
@@ -166,9 +163,15 @@ TEST(RouteService, TwoNodesLearnEachOthersSubnets) {
   Pair pair;
   pair.start();
   ASSERT_TRUE(waitFor([&] { return pair.converged(); }))
-      << "A: " << ::testing::PrintToString(pair.a->describe()) << "\nB: " << ::testing::PrintToString(pair.b->describe());
+      << "A: " << ::testing::PrintToString(pair.a->describe())
+      << "\nB: " << ::testing::PrintToString(pair.b->describe());
   EXPECT_EQ(pair.a->neighbourCount(), 1u);
   EXPECT_EQ(pair.b->neighbourCount(), 1u);
+  std::vector<NeighbourLink> seen = pair.a->neighbours();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].localPort, 0);
+  EXPECT_EQ(seen[0].node, pair.b->self());
+  EXPECT_EQ(seen[0].linkAddr, ip("127.0.1.2"));
   EXPECT_NE(pair.a->self(), pair.b->self());
 
   // A peer on B's far subnet is reached through B's address on the shared link.
@@ -195,9 +198,9 @@ TEST(RouteService, GarbageIsCountedAndWarnedOncePerSender) {
   auto sendFrom = [&](const char* from, const std::vector<uint8_t>& bytes) {
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(fd, 0);
-    sockaddr_in local = loopbackTo(from, 0);
+    sockaddr_in local = udpTo(ip(from), 0);
     ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0) << strerror(errno);
-    sockaddr_in to = loopbackTo("127.0.1.2", pair.portB.load());
+    sockaddr_in to = udpTo(ip("127.0.1.2"), pair.portB.load());
     EXPECT_EQ(sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
               static_cast<ssize_t>(bytes.size()));
     close(fd);
