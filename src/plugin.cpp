@@ -118,6 +118,15 @@ void Plugin::shutdown() {
   // Everything is released with releaseStatic (static_state.h): this object lives in the
   // library's static storage, so whatever it still points to when NCCL dlcloses the
   // library would be leaked for good.
+  // A library the relay pinned is unloaded only at process exit, after the verbs provider
+  // it loaded was finalized (loaded later, finalized first): stop the threads and leave
+  // every verbs object and socket to the kernel.
+  if (relay_ != nullptr && relay_->pinned()) {
+    relay_->abandon();
+    if (routes_ != nullptr) routes_->stop();
+    reactor_.stop();
+    return;
+  }
   // The relay's thread drives handshakes on the reactor and owns its links' comms: first.
   if (relay_ != nullptr) relay_->stop();
   releaseStatic(relay_);

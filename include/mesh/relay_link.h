@@ -43,8 +43,9 @@ class RelayLegComm : public Comm {
   RelayGeometry geometry() const { return geometry_; }
   // Copies C's FIFO group (n entries) into A's FIFO at `slot` as sequence seq + 1.
   ncclResult_t forwardGroup(int slot, uint64_t seq, const FifoSlot* group, int n);
-  // Tells A that `released` ring slots are free again (monotonic).
-  ncclResult_t sendReleased(uint64_t released);
+  // Tells A that `released` ring slots are free again (monotonic). *posted false: not now
+  // (send queue reserved for FIFO copies); the caller tries again next round.
+  ncclResult_t sendReleased(uint64_t released, bool* posted);
   // The sizes A wrote for the group in `slot` (valid once its first chunk's immediate came).
   uint64_t groupSize(int slot, int entry) const;
   // Polls the CQ; the immediates that arrived, in order, are handed to onChunk.

@@ -87,8 +87,10 @@ ncclResult_t RelayLegComm::forwardGroup(int slot, uint64_t seq, const FifoSlot* 
 
 // At most one FIFO copy per slot (kFifoDepth) plus these are in flight; a release waits
 // while fewer than kFifoDepth send credits are left, so FIFO copies never run short.
-ncclResult_t RelayLegComm::sendReleased(uint64_t released) {
-  if (qps_[0].credits <= kFifoDepth) return ncclSuccess;  // the caller retries next round
+ncclResult_t RelayLegComm::sendReleased(uint64_t released, bool* posted) {
+  *posted = false;
+  if (qps_[0].credits <= kFifoDepth) return progress();  // the caller retries next round
+  *posted = true;
   __atomic_store_n(&ctrl()->releasedStage, released, __ATOMIC_RELAXED);
   ibv_send_wr& wr = wrs_[0];
   ibv_sge& sge = sges_[0];
@@ -258,8 +260,9 @@ ncclResult_t RelayLink::step(bool* active) {
   }));
   if (fwd_->released() > releasedSent_) {
     uint64_t released = fwd_->released();
-    MESH_CHECK(leg_->sendReleased(released));
-    if (leg_->failure() == ncclSuccess) releasedSent_ = released;
+    bool posted = false;
+    MESH_CHECK(leg_->sendReleased(released, &posted));
+    if (posted) releasedSent_ = released;
     *active = true;
   }
   // An end that closed its control socket without an error closed its comm (or exited).

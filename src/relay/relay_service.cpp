@@ -96,6 +96,11 @@ void RelayService::stop() {
   thread_.join();
 }
 
+void RelayService::abandon() {
+  abandon_.store(true);
+  stop();
+}
+
 // All of the node's mesh addresses or none: a relay that answers on some links only would
 // be chosen by neighbours it then cannot serve consistently.
 void RelayService::bindListeners(std::vector<int>* fds) {
@@ -275,6 +280,7 @@ void RelayService::pinLibrary() {
   void* self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   if (self == nullptr) return;  // not a shared library (unit tests link the core statically)
   pinned_ = true;
+  pinnedFlag_.store(true, std::memory_order_release);
   MESH_INFO(NCCL_INIT | NCCL_NET, "relay: %s stays loaded until the process exits (it relays for other nodes)",
             info.dli_fname);
 }
@@ -330,6 +336,15 @@ void RelayService::run() {
       links_.erase(links_.begin() + static_cast<long>(i));
     }
     if (active) lastWork = Clock::now();
+  }
+  if (abandon_.load()) {
+    // Exit: no verbs call (see abandon()); sockets and memory go with the process.
+    for (auto& l : links_) (void)l.release();
+    for (auto& s : sessions_) (void)s.release();
+    links_.clear();
+    sessions_.clear();
+    for (int fd : lfds) close(fd);
+    return;
   }
   for (auto& s : sessions_) {
     if (s->toC != nullptr) hs_->discardConnect(s->toC);

@@ -374,7 +374,7 @@ TEST(Config, ValuesRoundTripThroughDescribe) {
 
 // --- relay (issue 15): validated now, not active yet ----------------------------------------
 
-TEST(Config, RelayDefaultsToOffAndAutoIsRefusedUntilTheRelayExists) {
+TEST(Config, RelayDefaultsToOffAcceptsAutoAndRefusesOtherValues) {
   Config d;
   EXPECT_EQ(d.relay, RelayMode::Off);
   EXPECT_EQ(describe(d, "NCCL_MESH_RELAY"), "off");
@@ -382,12 +382,10 @@ TEST(Config, RelayDefaultsToOffAndAutoIsRefusedUntilTheRelayExists) {
   EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_CHUNK"), "512K");
   EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_MEM"), "1G");
   Config c;
-  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "auto", &c),
-            "NCCL_MESH_RELAY='auto' is not valid (accepted: off): relaying is not available in this "
-            "build yet; pairs without a shared cable still fail with the routing error; using off");
-  EXPECT_EQ(c.relay, RelayMode::Off);
-  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "on", &c),
-            "NCCL_MESH_RELAY='on' is not valid (accepted: off); using off");
+  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "AUTO", &c), "");
+  EXPECT_EQ(c.relay, RelayMode::Auto);
+  EXPECT_EQ(describe(c, "NCCL_MESH_RELAY"), "auto");
+  EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "on", &c), "NCCL_MESH_RELAY='on' is not valid (accepted: off|auto); using off");
   EXPECT_EQ(c.relay, RelayMode::Off);
   EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "Off", &c), "");
 }
