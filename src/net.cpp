@@ -116,15 +116,7 @@ ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const C
     MESH_WARN("connect: %s (NCCL_MESH_RELAY=off: pairs without a cable are not relayed)", route.error.c_str());
     return ncclSystemError;
   }
-  auto lookup = [nics, addrs = handle.addrs] {
-    std::vector<NextHop> candidates;
-    for (const NextHop& h : Plugin::instance().relayNextHops(addrs).hops) {
-      bool usable = false;
-      for (const LocalNic& nic : nics) usable = usable || nic.index == h.route.localPort;
-      if (h.route.hops > 0 && h.route.nextHopAddr != 0 && usable) candidates.push_back(h);
-    }
-    return candidates;
-  };
+  auto lookup = [nics, addrs = handle.addrs] { return Plugin::instance().relayCandidates(addrs, nics, {}); };
   out->relay = std::make_shared<RelayConnector>(hs, nics, handle, lookup, opts, plugin.relayConnectSettings());
   return ncclSuccess;
 }

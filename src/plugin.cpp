@@ -252,10 +252,14 @@ void Plugin::startRelay() {
   hs.timeoutMs = config_.connectTimeoutMs;
   hs.peerTimeoutMs = config_.peerTimeoutMs;
   hs.listenAny = false;
-  relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_));
+  nodeId_ = nodeIdFromPorts(nics);
+  RelayLookup lookup = [this, nics](const std::vector<HandleAddress>& peer, const std::vector<NodeId>& exclude) {
+    return relayCandidates(peer, nics, exclude);
+  };
+  relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_),
+                                          nodeId_, lookup);
   if (relay_->start() != ncclSuccess) relay_.reset();
   // After the relay port is bound: what the HELLOs announce is then reachable.
-  nodeId_ = nodeIdFromPorts(nics);
   routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));
   if (routes_->start() != ncclSuccess) routes_.reset();
 }
@@ -263,6 +267,19 @@ void Plugin::startRelay() {
 NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {
   if (routes_ == nullptr) return NextHopResult{{}, "the relay is off"};
   return routes_->nextHops(peer);
+}
+
+std::vector<NextHop> Plugin::relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
+                                             const std::vector<NodeId>& exclude) {
+  std::vector<NextHop> out;
+  for (const NextHop& h : relayNextHops(peer).hops) {
+    bool usable = h.route.hops > 0 && h.route.nextHopAddr != 0;
+    bool onNic = false;
+    for (const LocalNic& nic : nics) onNic = onNic || nic.index == h.route.localPort;
+    for (NodeId x : exclude) usable = usable && (h.route.nextHop == 0 || h.route.nextHop != x);
+    if (usable && onNic) out.push_back(h);
+  }
+  return out;
 }
 
 RelayConnectSettings Plugin::relayConnectSettings() const {

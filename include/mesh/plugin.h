@@ -64,6 +64,9 @@ class Plugin {
   // Relay (NCCL_MESH_RELAY=auto): the neighbours that reach a peer we have no cable to,
   // preferred first; and how a relayed connect asks them.
   NextHopResult relayNextHops(const std::vector<HandleAddress>& peer);
+  // relayNextHops() reduced to relayed next hops on `nics`, none of them in `exclude`.
+  std::vector<NextHop> relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
+                                       const std::vector<NodeId>& exclude);
   RelayConnectSettings relayConnectSettings() const;
   RelayService* relayService() { return relay_.get(); }
 

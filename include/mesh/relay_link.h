@@ -94,10 +94,17 @@ class RelayFwdComm : public SendComm {
   ncclResult_t registerRing(void* base, size_t bytes);
   // C's group for sequence `seq` once every entry of it has landed; else nullptr.
   const FifoSlot* peekGroup(uint64_t seq, int* n);
+  // The downstream receiver is C itself (direct) or the next relay's leg (relayed: its FIFO
+  // slots carry a ring). Work is queued and posted in order by pump(); a relayed downstream
+  // takes chunks only as its ring frees slots, like a relayed A (datapath_send.cpp).
+  // A group's sizes, known at its first chunk (relayed downstream: written ahead of it).
+  ncclResult_t beginGroup(int slot, int n, const uint64_t* sizes);
   // Writes `len` bytes at ring offset `ringOff` into entry `entry` of C's slot at `off`.
   ncclResult_t writeChunk(int slot, int entry, uint64_t off, uint64_t ringOff, uint32_t len);
   // The group's final immediates (and its sizes array when C needs one).
   ncclResult_t finishGroup(int slot, int n, const uint64_t* sizes);
+  // Posts queued work as credits allow.
+  ncclResult_t pump();
   ncclResult_t pollCompletions() { return progress(); }
   // Every WR posted has completed.
   bool idle() const;
@@ -111,7 +118,23 @@ class RelayFwdComm : public SendComm {
   void afterPoll() override {}
   void releaseExtra() override;
   ncclResult_t postOne(int q, ibv_send_wr wr, ibv_sge sge);
+  struct Op {
+    enum class Kind : uint8_t { Sizes, Chunk, Finish } kind = Kind::Chunk;
+    uint8_t entry = 0;
+    uint16_t slot = 0;
+    int n = 0;
+    uint32_t len = 0;
+    uint64_t off = 0, ringOff = 0;
+  };
+  ncclResult_t enqueue(const Op& op);
+  // false: not now (credits); *failed when the op is impossible.
+  bool postOp(const Op& op, bool* failed);
+  bool relayed(int slot) const { return ctrl()->fifo[slot][0].relayRing != 0; }
 
+  static constexpr uint32_t kOpQueue = 256;  // > ring slots (64) + 2 ops x 32 groups
+  Op ops_[kOpQueue];
+  uint32_t opHead_ = 0, opTail_ = 0;
+  uint64_t downPosted_ = 0;  // chunks written into the downstream relay's ring
   ibv_mr* ringMr_[kMaxLinks] = {};
   uint8_t* ringBase_ = nullptr;
   uint64_t released_ = 0;

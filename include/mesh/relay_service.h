@@ -70,9 +70,25 @@ class RelayTransport : public RdmaTransport {
   RelayGeometry geometry_;
 };
 
+struct RelayConnectSettings {
+  int port = 41517;
+  int maxHops = 2;        // the OPEN's hop budget: relays that may still forward
+  int timeoutMs = 30000;  // per candidate next hop
+  NodeId self = 0;
+  NodeId origin = 0;            // a relay forwarding an OPEN: the node that asked first
+  std::vector<NodeId> visited;  // relays already on the path (loop guard)
+};
+
+// The neighbours that may relay to `peer`, preferred first, leaving out those in `exclude`.
+using RelayLookup = std::function<std::vector<NextHop>(const std::vector<HandleAddress>& peer,
+                                                       const std::vector<NodeId>& exclude)>;
+
 class RelayService {
  public:
-  RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs, RelaySettings s);
+  // `lookup`: next hops for an OPEN whose target is not cabled to this node (a path of
+  // several relays: this relay asks the next one as A asked us).
+  RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs, RelaySettings s,
+               NodeId self, RelayLookup lookup);
   ~RelayService();
   ncclResult_t start();
   void stop();  // idempotent; joins the thread, closes every link and pending open
@@ -100,6 +116,8 @@ class RelayService {
   const Discovery* disc_;
   Reactor* reactor_;
   RelaySettings settings_;
+  NodeId self_;
+  RelayLookup lookup_;
   std::unique_ptr<RelayTransport> transport_;
   std::unique_ptr<Handshaker> hs_;
   std::vector<LocalNic> nics_;
@@ -116,13 +134,6 @@ class RelayService {
   std::vector<int> listenFds_;  // bound by start(), then the thread's
   bool pinned_ = false;
   uint64_t relayedTotal_ = 0;
-};
-
-struct RelayConnectSettings {
-  int port = 41517;
-  int maxHops = 2;
-  int timeoutMs = 30000;  // per candidate next hop
-  NodeId self = 0;
 };
 
 class RelayConnector {

@@ -161,53 +161,152 @@ ncclResult_t RelayFwdComm::postOne(int q, ibv_send_wr wr, ibv_sge sge) {
   return postBatch(q, 1);
 }
 
+ncclResult_t RelayFwdComm::enqueue(const Op& op) {
+  MESH_REQUIRE(opTail_ - opHead_ < kOpQueue, ncclInternalError, "relay hop: work queue full");
+  ops_[opTail_ % kOpQueue] = op;
+  ++opTail_;
+  return pump();
+}
+
+ncclResult_t RelayFwdComm::beginGroup(int slot, int n, const uint64_t* sizes) {
+  if (!relayed(slot)) return ncclSuccess;  // a direct C gets the sizes with the final WRs
+  for (int r = 0; r < n; ++r) ctrl()->sizesStage[slot][r] = sizes[r];
+  Op op;
+  op.kind = Op::Kind::Sizes;
+  op.slot = static_cast<uint16_t>(slot);
+  op.n = n;
+  return enqueue(op);
+}
+
 ncclResult_t RelayFwdComm::writeChunk(int slot, int entry, uint64_t off, uint64_t ringOff, uint32_t len) {
-  const FifoSlot& e = ctrl()->fifo[slot][entry];
-  if (off + len > e.size) {
+  if (off + len > ctrl()->fifo[slot][entry].size) {
     fail("the sender wrote beyond the buffer the receiver posted", ncclRemoteError);
     return failure_;
   }
-  const Qp& qp = qps_[0];
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(ringBase_ + ringOff);
-  sge.length = len;
-  sge.lkey = ringMr_[qp.devSlot]->lkey;
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.wr.rdma.remote_addr = e.addr + off;
-  wr.wr.rdma.rkey = e.rkeys[qp.link];
-  wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, 0, static_cast<uint16_t>(slot), 0});
-  return postOne(0, wr, sge);
+  Op op;
+  op.kind = Op::Kind::Chunk;
+  op.slot = static_cast<uint16_t>(slot);
+  op.entry = static_cast<uint8_t>(entry);
+  op.off = off;
+  op.ringOff = ringOff;
+  op.len = len;
+  return enqueue(op);
 }
 
-// What a direct sender's final WRs are (comm.h, step 3), chunks having gone on QP 0: the
-// immediate on every QP, the sizes array with QP 0's for a grouped receive.
 ncclResult_t RelayFwdComm::finishGroup(int slot, int n, const uint64_t* sizes) {
-  const FifoSlot* slots = ctrl()->fifo[slot];
-  bool viaSizes = n > 1 || sizes[0] > 0x7fffffffu;
   for (int r = 0; r < n; ++r) ctrl()->sizesStage[slot][r] = sizes[r];
+  Op op;
+  op.kind = Op::Kind::Finish;
+  op.slot = static_cast<uint16_t>(slot);
+  op.n = n;
+  return enqueue(op);
+}
+
+ncclResult_t RelayFwdComm::pump() {
+  while (opHead_ != opTail_ && failure_ == ncclSuccess) {
+    bool failed = false;
+    if (!postOp(ops_[opHead_ % kOpQueue], &failed)) break;
+    if (failed) return failure_ != ncclSuccess ? failure_ : ncclInternalError;
+    ++opHead_;
+  }
+  return failure_;
+}
+
+// One queued op. Direct C: chunk WRITEs on QP 0, then what a direct sender's final WRs are
+// (comm.h, step 3): the immediate on every QP, the sizes array with QP 0's for a grouped
+// receive. Relayed downstream: the sizes WRITE, chunks as WRITE_WITH_IMM into its ring as
+// it frees slots, and a 0-byte WRITE_WITH_IMM carrying kRelayLastChunk.
+bool RelayFwdComm::postOp(const Op& op, bool* failed) {
+  const FifoSlot* slots = ctrl()->fifo[op.slot];
+  const Qp& qp0 = qps_[0];
+  bool down = relayed(op.slot);
+  int need = op.kind == Op::Kind::Finish && !down ? nqps_ : 1;
+  for (int q = 0; q < need; ++q) {
+    if (qps_[q].credits < 1) return false;
+  }
+  ibv_sge sge{};
+  ibv_send_wr wr{};
+  switch (op.kind) {
+    case Op::Kind::Sizes:
+      sge.addr = reinterpret_cast<uintptr_t>(ctrl()->sizesStage[op.slot]);
+      sge.length = static_cast<uint32_t>(op.n * sizeof(uint64_t));
+      sge.lkey = devs_[qp0.devSlot].ctrlMr->lkey;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.wr.rdma.remote_addr =
+          links_[qp0.link].remoteCtrl + offsetof(RecvCtrl, sizes) + op.slot * sizeof(RecvCtrl::sizes[0]);
+      wr.wr.rdma.rkey = links_[qp0.link].remoteRkey;
+      wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, op.slot, 0});
+      *failed = postOne(0, wr, sge) != ncclSuccess;
+      return true;
+    case Op::Kind::Chunk: {
+      sge.addr = reinterpret_cast<uintptr_t>(ringBase_ + op.ringOff);
+      sge.length = op.len;
+      sge.lkey = ringMr_[qp0.devSlot]->lkey;
+      wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, 0, op.slot, 0});
+      if (!down) {
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.wr.rdma.remote_addr = slots[op.entry].addr + op.off;
+        wr.wr.rdma.rkey = slots[op.entry].rkeys[qp0.link];
+        *failed = postOne(0, wr, sge) != ncclSuccess;
+        return true;
+      }
+      uint64_t depth = relayRingDepth(slots[0].relayRing);
+      uint32_t chunk = relayRingChunk(slots[0].relayRing);
+      if (op.len > chunk || depth == 0) {
+        fail("the next relay's NCCL_MESH_RELAY_CHUNK is smaller than ours (set it the same on every node)",
+             ncclInvalidUsage);
+        *failed = true;
+        return true;
+      }
+      if (downPosted_ - __atomic_load_n(&ctrl()->relayReleased, __ATOMIC_ACQUIRE) >= depth) return false;
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.imm_data = htonl(op.len);
+      wr.wr.rdma.remote_addr = slots[0].addr + (downPosted_ % depth) * chunk;
+      wr.wr.rdma.rkey = slots[0].rkeys[qp0.link];
+      ++downPosted_;
+      *failed = postOne(0, wr, sge) != ncclSuccess;
+      return true;
+    }
+    case Op::Kind::Finish:
+      break;
+  }
+  if (down) {
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(kRelayLastChunk);
+    wr.wr.rdma.remote_addr = slots[0].addr;
+    wr.wr.rdma.rkey = slots[0].rkeys[qp0.link];
+    wr.wr_id = encodeWrId(WrId{WrKind::SendFinal, 0, op.slot, 0});
+    *failed = postOne(0, wr, sge) != ncclSuccess;
+    return true;
+  }
+  bool viaSizes = op.n > 1 || ctrl()->sizesStage[op.slot][0] > 0x7fffffffu;
   for (int q = 0; q < nqps_; ++q) {
     const Qp& qp = qps_[q];
-    ibv_sge sge{};
-    ibv_send_wr wr{};
+    sge = ibv_sge();
+    wr = ibv_send_wr();
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.wr.rdma.remote_addr = slots[0].addr;
     wr.wr.rdma.rkey = slots[0].rkeys[qp.link];
     if (viaSizes && q == 0) {
-      sge.addr = reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]);
-      sge.length = static_cast<uint32_t>(n * sizeof(uint64_t));
+      sge.addr = reinterpret_cast<uintptr_t>(ctrl()->sizesStage[op.slot]);
+      sge.length = static_cast<uint32_t>(op.n * sizeof(uint64_t));
       sge.lkey = devs_[qp.devSlot].ctrlMr->lkey;
-      wr.wr.rdma.remote_addr = links_[qp.link].remoteCtrl + offsetof(RecvCtrl, sizes) + slot * sizeof(RecvCtrl::sizes[0]);
+      wr.wr.rdma.remote_addr =
+          links_[qp.link].remoteCtrl + offsetof(RecvCtrl, sizes) + op.slot * sizeof(RecvCtrl::sizes[0]);
       wr.wr.rdma.rkey = links_[qp.link].remoteRkey;
     }
-    wr.imm_data = htonl(viaSizes ? kImmViaSizes : static_cast<uint32_t>(sizes[0]));
-    wr.wr_id = encodeWrId(WrId{WrKind::SendFinal, static_cast<uint8_t>(q), static_cast<uint16_t>(slot), 0});
-    MESH_CHECK(postOne(q, wr, sge));
+    wr.imm_data = htonl(viaSizes ? kImmViaSizes : static_cast<uint32_t>(ctrl()->sizesStage[op.slot][0]));
+    wr.wr_id = encodeWrId(WrId{WrKind::SendFinal, static_cast<uint8_t>(q), op.slot, 0});
+    if (postOne(q, wr, sge) != ncclSuccess) {
+      *failed = true;
+      return true;
+    }
   }
-  return ncclSuccess;
+  return true;
 }
 
 bool RelayFwdComm::idle() const {
+  if (opHead_ != opTail_) return false;
   for (int q = 0; q < nqps_; ++q) {
     if (qps_[q].credits != kSendQueueDepth) return false;
   }
@@ -244,6 +343,7 @@ std::string RelayLink::failureText() const {
 ncclResult_t RelayLink::step(bool* active) {
   *active = false;
   MESH_CHECK(fwd_->pollCompletions());
+  MESH_CHECK(fwd_->pump());  // a relayed downstream frees ring slots by remote write
   // C's receives, as they are posted, to A.
   while (forwardSeq_ - dataSeq_ < static_cast<uint64_t>(kFifoDepth)) {
     int n = 0;
@@ -317,6 +417,7 @@ ncclResult_t RelayLink::onChunk(uint32_t imm) {
     entry_ = 0;
     off_ = 0;
     haveSizes_ = true;
+    MESH_CHECK(fwd_->beginGroup(slot, n_, sizes_));
   }
   uint32_t len = imm & ~kRelayLastChunk;
   if (len > 0) {

@@ -58,7 +58,8 @@ struct RelayService::Session {
   RelayOpen open;
   State state = State::Reading;
   Clock::time_point deadline;
-  std::shared_ptr<Connector> toC;
+  std::shared_ptr<Connector> toC;         // C is cabled to us, or
+  std::unique_ptr<RelayConnector> onward;  // through the next relay
   std::unique_ptr<PreparedConn> fwd;
   std::shared_ptr<Listener> legListener;
   size_t reserved = 0;  // ring bytes counted in memUsed_ for this open
@@ -66,8 +67,8 @@ struct RelayService::Session {
 };
 
 RelayService::RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs,
-                           RelaySettings s)
-    : disc_(disc), reactor_(reactor), settings_(s) {
+                           RelaySettings s, NodeId self, RelayLookup lookup)
+    : disc_(disc), reactor_(reactor), settings_(s), self_(self), lookup_(std::move(lookup)) {
   transport_ = std::make_unique<RelayTransport>(disc, comm, s.geometry);
   hs_ = std::make_unique<Handshaker>(reactor, transport_.get(), hs);
   nics_ = transport_->localNics();
@@ -189,8 +190,14 @@ bool RelayService::stepSession(Session& s) {
       }
       RouteResult route = connectRoutes(nics_, s.open.target.addrs, kMaxLinks);
       if (!route.ok()) {
-        return end(RelayStatus::NoRoute, "no cable from this relay to the target (" + route.error +
-                                             "); paths through more than one relay are not supported yet");
+        if (s.open.hopBudget <= 1) {
+          return end(RelayStatus::HopBudget, "the target is not cabled to this relay (" + route.error +
+                                                 ") and the path may not take another relay "
+                                                 "(NCCL_MESH_RELAY_MAX_HOPS on the first node)");
+        }
+        for (NodeId v : s.open.visited) {
+          if (v == self_) return end(RelayStatus::Loop, "this relay is already on the path");
+        }
       }
       size_t ring = settings_.geometry.ringBytes();
       size_t used = memUsed_.load();
@@ -201,17 +208,40 @@ bool RelayService::stepSession(Session& s) {
       }
       memUsed_ += ring;
       s.reserved = ring;
-      if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
+      if (!route.ok()) {
+        // Ask the next relay as A asked us; what comes back is an ordinary send comm to its
+        // leg, spliced like a direct one (its FIFO slots name its ring: RelayFwdComm).
+        RelayConnectSettings cs;
+        cs.port = settings_.port;
+        cs.maxHops = s.open.hopBudget - 1;
+        cs.timeoutMs = settings_.timeoutMs;
+        cs.self = self_;
+        cs.origin = s.open.origin;
+        cs.visited = s.open.visited;
+        cs.visited.push_back(self_);
+        std::vector<NodeId> exclude = cs.visited;
+        exclude.push_back(s.open.origin);
+        RelayLookup lookup = lookup_;
+        std::vector<HandleAddress> addrs = s.open.target.addrs;
+        s.onward = std::make_unique<RelayConnector>(
+            hs_.get(), nics_, s.open.target, [lookup, addrs, exclude] { return lookup(addrs, exclude); },
+            ConnOptions(), cs);
+      } else if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
         return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");
       }
       s.state = Session::State::Connecting;
       return true;
     }
     case Session::State::Connecting: {
-      ncclResult_t r = hs_->pollConnect(s.toC.get(), &s.fwd);
-      if (r != ncclSuccess) return end(RelayStatus::PeerRefused, "the target refused or did not answer (see the relay's log)");
+      ncclResult_t r = s.onward != nullptr ? s.onward->poll(&s.fwd) : hs_->pollConnect(s.toC.get(), &s.fwd);
+      if (r != ncclSuccess) {
+        return end(RelayStatus::PeerRefused, std::string(s.onward != nullptr ? "no next relay took it"
+                                                                              : "the target refused or did not answer") +
+                                                 " (see the relay's log)");
+      }
       if (s.fwd == nullptr) return true;
       s.toC.reset();
+      s.onward.reset();
       Handle leg;
       if (hs_->listen(&s.legListener, &leg) != ncclSuccess) return end(RelayStatus::PeerRefused, "cannot listen for the leg");
       RelayMessage m;

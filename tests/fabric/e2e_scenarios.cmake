@@ -40,10 +40,11 @@ fabric_scenario(connect_mesh8 8 120 -- connect-mesh --comms 4)
 # v11). On a full mesh every pair is direct, so these pass without the relay.
 fabric_scenario(relay_full3 3 120 -- relay --big 8M)
 fabric_scenario(relay_full3_v11 3 120 -- relay --api v11 --big 8M)
-# These need the relay (issue 15): without it the uncabled pairs fail at connect with the
-# routing error. Enable them with the relay. --big stays at its default, 64 MiB: more than a
-# relay's staging ring holds.
+# Through the relay (issue 15): a 4-ring (distance-2 pairs through one relay), a 4-line (0-3
+# through two relays) and an 8-ring (distance 4: three relays, so NCCL_MESH_RELAY_MAX_HOPS=3).
+# --big is more than a relay's staging ring holds (8 x 512 KiB): 64 MiB, 16 MiB on the 8-ring
+# to keep the tier's time down on 2 cores.
 fabric_scenario(relay_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
 fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay --api v11)
 fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- relay)
-fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
+fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3 -- relay --big 16M)

@@ -63,55 +63,75 @@ Route routeOf(int nic, uint32_t local, uint32_t peer) {
   return r;
 }
 
+// A -> relay 1 -> ... -> relay k -> C; link i (198.18.i.0/24) joins node i (.1) and node
+// i+1 (.2); a relay's leg is on its device 0, its hop on device 1.
 class RelayChain {
  public:
-  RelayChain(FakeRdma& fake, RelayGeometry geo, int qpsPerLink = 1) : fake_(fake) {
-    buildNode(fake, &a_, "a", {ip(0, 1)});
-    buildNode(fake, &b_, "b", {ip(0, 2), ip(1, 2)});
-    buildNode(fake, &c_, "c", {ip(1, 3)});
+  RelayChain(FakeRdma& fake, RelayGeometry geo, int qpsPerLink = 1, int relays = 1) : fake_(fake) {
+    nodes_.resize(static_cast<size_t>(relays) + 2);
+    buildNode(fake, &nodes_[0], "a", {ip(0, 1)});
+    for (int i = 1; i <= relays; ++i) buildNode(fake, &nodes_[i], "r" + std::to_string(i) + "d", {ip(i - 1, 2), ip(i, 1)});
+    buildNode(fake, &nodes_[relays + 1], "c", {ip(relays, 2)});
     CommSettings s;
     s.ops = fake.ops();
     s.qpsPerLink = qpsPerLink;
-    auto send = std::make_unique<SendComm>(&a_, s);
-    auto leg = std::make_unique<RelayLegComm>(&b_, s, geo);
-    auto fwd = std::make_unique<RelayFwdComm>(&b_, s);
-    auto recv = std::make_unique<RecvComm>(&c_, s);
-    HsMessage m1, m2, m3, m4;
-    EXPECT_EQ(send->prepare({routeOf(0, ip(0, 1), ip(0, 2))}, 0, &m1), ncclSuccess);
-    EXPECT_EQ(leg->prepare({routeOf(0, ip(0, 2), ip(0, 1))}, 0, &m2), ncclSuccess);
-    EXPECT_EQ(leg->activate(m1), ncclSuccess);
-    EXPECT_EQ(send->activate(m2), ncclSuccess);
-    EXPECT_EQ(fwd->prepare({routeOf(1, ip(1, 2), ip(1, 3))}, 0, &m3), ncclSuccess);
-    EXPECT_EQ(recv->prepare({routeOf(0, ip(1, 3), ip(1, 2))}, 0, &m4), ncclSuccess);
-    EXPECT_EQ(recv->activate(m3), ncclSuccess);
-    EXPECT_EQ(fwd->activate(m4), ncclSuccess);
-    EXPECT_EQ(fwd->registerRing(leg->ring(), geo.ringBytes()), ncclSuccess);
-    sender_ = send.get();
-    receiver_ = recv.get();
-    send_ = std::move(send);
-    recv_ = std::move(recv);
-    link_ = std::make_unique<RelayLink>(std::move(leg), std::move(fwd), "test");
+    auto send = std::make_unique<SendComm>(&nodes_[0], s);
+    auto recv = std::make_unique<RecvComm>(&nodes_[relays + 1], s);
+    std::vector<std::unique_ptr<Comm>> senders, receivers;
+    senders.push_back(std::move(send));
+    for (int i = 1; i <= relays; ++i) {
+      receivers.push_back(std::make_unique<RelayLegComm>(&nodes_[i], s, geo));
+      senders.push_back(std::make_unique<RelayFwdComm>(&nodes_[i], s));
+    }
+    receivers.push_back(std::move(recv));
+    // Connect link i: senders[i] (node i) with receivers[i] (node i+1).
+    for (int i = 0; i <= relays; ++i) {
+      HsMessage hello, accept;
+      int sendNic = i == 0 ? 0 : 1;
+      EXPECT_EQ(senders[i]->prepare({routeOf(sendNic, ip(i, 1), ip(i, 2))}, 0, &hello), ncclSuccess);
+      EXPECT_EQ(receivers[i]->prepare({routeOf(0, ip(i, 2), ip(i, 1))}, 0, &accept), ncclSuccess);
+      EXPECT_EQ(receivers[i]->activate(hello), ncclSuccess);
+      EXPECT_EQ(senders[i]->activate(accept), ncclSuccess);
+    }
+    sender_ = static_cast<SendComm*>(senders[0].get());
+    receiver_ = static_cast<RecvComm*>(receivers[relays].get());
+    for (int i = 1; i <= relays; ++i) {
+      auto* leg = static_cast<RelayLegComm*>(receivers[i - 1].release());
+      auto* fwd = static_cast<RelayFwdComm*>(senders[i].release());
+      EXPECT_EQ(fwd->registerRing(leg->ring(), geo.ringBytes()), ncclSuccess);
+      links_.push_back(std::make_unique<RelayLink>(std::unique_ptr<RelayLegComm>(leg),
+                                                   std::unique_ptr<RelayFwdComm>(fwd), "test"));
+    }
+    send_.reset(senders[0].release());
+    recv_.reset(receivers[relays].release());
   }
   ~RelayChain() {
     send_.reset();
     recv_.reset();
-    link_.reset();
+    links_.clear();
     for (auto& b : buffers_) {
       for (ibv_mr* mr : b->mrs) fake_.api()->deregMr(mr);
     }
     buffers_.clear();
-    a_.devices.clear();
-    b_.devices.clear();
-    c_.devices.clear();
+    for (Discovery& d : nodes_) d.devices.clear();
   }
   SendComm* sender() { return sender_; }
   RecvComm* receiver() { return receiver_; }
-  RelayLink* link() { return link_.get(); }
+  // One round of every relay; *active when any moved.
+  ncclResult_t stepRelays(bool* active) {
+    *active = false;
+    for (auto& l : links_) {
+      bool moved = false;
+      MESH_CHECK(l->step(&moved));
+      *active = *active || moved;
+    }
+    return ncclSuccess;
+  }
 
   Buffer* buffer(bool senderSide, size_t size, uint8_t fill = 0) {
     auto b = std::make_unique<Buffer>();
     b->bytes.assign(size == 0 ? 1 : size, fill);
-    const Discovery& disc = senderSide ? a_ : c_;
+    const Discovery& disc = senderSide ? nodes_.front() : nodes_.back();
     b->mh.addr = reinterpret_cast<uintptr_t>(b->bytes.data());
     b->mh.size = size;
     b->mh.kind = MemKind::Host;
@@ -130,7 +150,7 @@ class RelayChain {
   ncclResult_t pump(std::mt19937* rng) {
     for (int idle = 0; idle < 3;) {
       bool active = false;
-      ncclResult_t r = link_->step(&active);
+      ncclResult_t r = stepRelays(&active);
       if (r != ncclSuccess) return r;
       size_t steps = fake_.run(rng, 64);
       idle = (active || steps > 0) ? 0 : idle + 1;
@@ -146,13 +166,13 @@ class RelayChain {
       if (req->comm->test(req, &done, sizes != nullptr ? sizes : local) != ncclSuccess) return false;
       if (done) return true;
       bool active = false;
-      if (link_->step(&active) != ncclSuccess) return false;
+      if (stepRelays(&active) != ncclSuccess) return false;
       size_t steps = fake_.run(rng, 64);
       if (!active && steps == 0) {
         // Let both ends look once more (credits, FIFO slots) before calling it stuck.
         if (req->comm->test(req, &done, sizes != nullptr ? sizes : local) != ncclSuccess) return false;
         if (done) return true;
-        link_->step(&active);
+        stepRelays(&active);
         if (!active && fake_.run(rng, 64) == 0 && round > 8) return false;
       }
     }
@@ -161,11 +181,11 @@ class RelayChain {
 
  private:
   FakeRdma& fake_;
-  Discovery a_, b_, c_;
-  std::unique_ptr<PreparedConn> send_, recv_;
+  std::vector<Discovery> nodes_;
+  std::unique_ptr<Comm> send_, recv_;
   SendComm* sender_ = nullptr;
   RecvComm* receiver_ = nullptr;
-  std::unique_ptr<RelayLink> link_;
+  std::vector<std::unique_ptr<RelayLink>> links_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
@@ -176,7 +196,7 @@ Request* sendWhenPosted(RelayChain& chain, void* data, size_t size, int tag, con
     EXPECT_EQ(chain.sender()->isend(data, size, tag, mh, &req), ncclSuccess);
     if (req != nullptr) return req;
     bool active = false;
-    EXPECT_EQ(chain.link()->step(&active), ncclSuccess);
+    EXPECT_EQ(chain.stepRelays(&active), ncclSuccess);
     chain.pump(rng);
   }
   return nullptr;
@@ -216,6 +236,17 @@ TEST(RelayLink, SizesAroundTheChunkArriveByteExact) {
                       size_t{64 * 4096 + 3}}) {
     exchange(chain, size, size, seed++, &rng);
   }
+}
+
+TEST(RelayLink, TwoRelaysInARowCarrySizesAroundTheChunkAndGroups) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{3, 4096}, 1, 2);
+  std::mt19937 rng(11);
+  uint32_t seed = 1;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{40 * 4096 + 3}}) {
+    exchange(chain, size, size, seed++, &rng);
+  }
+  exchange(chain, 20000, 9000, seed++, &rng);
 }
 
 TEST(RelayLink, OversizeSendIsTruncatedToTheFinalReceiversBuffer) {
@@ -281,9 +312,9 @@ TEST(RelayLink, GroupedReceiveWithShuffledTags) {
   }
 }
 
-TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) {
+void manyMessages(int relays) {
   FakeRdma fake;
-  RelayChain chain(fake, RelayGeometry{4, 1024});
+  RelayChain chain(fake, RelayGeometry{4, 1024}, 1, relays);
   std::mt19937 rng(5);
   constexpr int kCount = 300;
   constexpr int kWindow = 16;
@@ -321,6 +352,9 @@ TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) {
     ++received;
   }
 }
+
+TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) { manyMessages(1); }
+TEST(RelayLink, ManyMessagesInOrderThroughTwoRelays) { manyMessages(2); }
 
 }  // namespace
 }  // namespace fake
