@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -86,8 +87,18 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
       }
       if (*out != nullptr) {
         leg_.reset();
-        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (relayed)", addrList(target_.addrs).c_str(),
-                  via().c_str());
+        // One WARN per process: relayed pairs are slower than cabled ones, and a job that
+        // relays more than it must usually launched its ranks out of cable order.
+        static std::atomic<uint64_t> relayed{0};
+        uint64_t n = relayed.fetch_add(1) + 1;
+        if (n == 1) {
+          MESH_WARN("relay: connection to %s goes through %s (no cable to it): relayed connections are slower "
+                    "than cabled ones; launching ranks in cable order (nccl-mesh-info --ring-order) keeps "
+                    "NCCL's ring on cables. Further relayed connections are counted at INFO level",
+                    addrList(target_.addrs).c_str(), via().c_str());
+        }
+        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (relayed connection %llu of this process)",
+                  addrList(target_.addrs).c_str(), via().c_str(), static_cast<unsigned long long>(n));
       }
       return ncclSuccess;
     }
