@@ -108,6 +108,8 @@ void Plugin::initFork() {
 
 void Plugin::shutdown() {
   std::lock_guard<std::mutex> lock(initMutex_);
+  // Never initialized, or shut down already (the relay's exit handler, then the destructor).
+  if (!initialized_ && !reactor_.running()) return;
   // A forked child shares the parent's uverbs file: deregistering, deallocating or closing
   // through it would tear down the PARENT's objects, and the reactor thread does not exist
   // here to be joined. The child's copy is left as it is; exit() reclaims its memory.
@@ -118,9 +120,10 @@ void Plugin::shutdown() {
   // Everything is released with releaseStatic (static_state.h): this object lives in the
   // library's static storage, so whatever it still points to when NCCL dlcloses the
   // library would be leaked for good.
-  // A library the relay pinned is unloaded only at process exit, after the verbs provider
-  // it loaded was finalized (loaded later, finalized first): stop the threads and leave
-  // every verbs object and socket to the kernel.
+  // A library the relay pinned is shut down at exit by the relay's atexit handler, while the
+  // verbs provider is still there. Should the ELF destructor come first all the same (a
+  // provider finalized before us: loaded later, finalized first), stop the threads and
+  // leave every verbs object and socket to the kernel.
   if (relay_ != nullptr && relay_->pinned()) {
     relay_->abandon();
     if (routes_ != nullptr) routes_->stop();
@@ -256,8 +259,11 @@ void Plugin::startRelay() {
   RelayLookup lookup = [this, nics](const std::vector<HandleAddress>& peer, const std::vector<NodeId>& exclude) {
     return relayCandidates(peer, nics, exclude);
   };
+  // Exit handlers run before any library's ELF destructor (ld.so's _dl_fini is the first
+  // handler registered, so the last to run): a library the relay pinned shuts down there,
+  // cleanly, with the verbs provider it dlopened still loaded.
   relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_),
-                                          nodeId_, lookup);
+                                          nodeId_, lookup, [] { Plugin::instance().shutdown(); });
   if (relay_->start() != ncclSuccess) relay_.reset();
   // After the relay port is bound: what the HELLOs announce is then reachable.
   routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));

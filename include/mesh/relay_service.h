@@ -86,9 +86,10 @@ using RelayLookup = std::function<std::vector<NextHop>(const std::vector<HandleA
 class RelayService {
  public:
   // `lookup`: next hops for an OPEN whose target is not cabled to this node (a path of
-  // several relays: this relay asks the next one as A asked us).
+  // several relays: this relay asks the next one as A asked us). `atExit`: registered with
+  // atexit() when the library is pinned (the owner's shutdown, see pinLibrary()).
   RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs, RelaySettings s,
-               NodeId self, RelayLookup lookup);
+               NodeId self, RelayLookup lookup, void (*atExit)() = nullptr);
   ~RelayService();
   ncclResult_t start();
   void stop();  // idempotent; joins the thread, closes every link and pending open
@@ -118,6 +119,7 @@ class RelayService {
   RelaySettings settings_;
   NodeId self_;
   RelayLookup lookup_;
+  void (*atExit_)() = nullptr;
   std::unique_ptr<RelayTransport> transport_;
   std::unique_ptr<Handshaker> hs_;
   std::vector<LocalNic> nics_;

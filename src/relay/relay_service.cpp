@@ -67,8 +67,8 @@ struct RelayService::Session {
 };
 
 RelayService::RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs,
-                           RelaySettings s, NodeId self, RelayLookup lookup)
-    : disc_(disc), reactor_(reactor), settings_(s), self_(self), lookup_(std::move(lookup)) {
+                           RelaySettings s, NodeId self, RelayLookup lookup, void (*atExit)())
+    : disc_(disc), reactor_(reactor), settings_(s), self_(self), lookup_(std::move(lookup)), atExit_(atExit) {
   transport_ = std::make_unique<RelayTransport>(disc, comm, s.geometry);
   hs_ = std::make_unique<Handshaker>(reactor, transport_.get(), hs);
   nics_ = transport_->localNics();
@@ -311,6 +311,7 @@ void RelayService::pinLibrary() {
   if (self == nullptr) return;  // not a shared library (unit tests link the core statically)
   pinned_ = true;
   pinnedFlag_.store(true, std::memory_order_release);
+  if (atExit_ != nullptr) atexit(atExit_);
   MESH_INFO(NCCL_INIT | NCCL_NET, "relay: %s stays loaded until the process exits (it relays for other nodes)",
             info.dli_fname);
 }
