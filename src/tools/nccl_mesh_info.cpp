@@ -8,14 +8,22 @@
 // the exit statuses of mesh/probe.h. --routes adds the relay's route table (routes.h) as
 // this node alone can compute it: its own links and NCCL_MESH_ROUTES; with --listen, as
 // the route service (route_service.h) learns it from the neighbours' HELLOs.
+// --subnets prints this node's line for --ring-order, which reads every node's line and
+// prints the launch order that makes NCCL's ring follow the cables (ring_order.h); it
+// needs no RDMA. Exit status: 0, or 2 on bad input.
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iostream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,6 +37,7 @@
 #include "mesh/probe.h"
 #include "mesh/probe_plan.h"
 #include "mesh/reactor.h"
+#include "mesh/ring_order.h"
 #include "mesh/route_service.h"
 #include "mesh/routes.h"
 #include "mesh/subnet_routing.h"
@@ -40,6 +49,7 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitNoPort = 1;
 constexpr int kExitNoRoute = 2;
+constexpr int kExitBadInput = 2;  // --ring-order
 constexpr int kExitUsage = 64;  // EX_USAGE
 constexpr int kListenMaxS = 60;
 
@@ -48,6 +58,7 @@ const char kUsage[] =
     "       nccl-mesh-info --probe PEER[:PORT] [--timeout S] [-v]\n"
     "       nccl-mesh-info --serve [--port PORT] [--bind ADDR] [--once [--timeout S]] [-v]\n"
     "       nccl-mesh-info --settings | --version | --help\n"
+    "       nccl-mesh-info --subnets | --ring-order FILE\n"
     "\n"
     "Shows what the nccl-mesh plugin finds on this node: every usable RoCEv2 port (an\n"
     "ACTIVE Ethernet RDMA port with an IPv4 address), the devices NCCL is offered, and how\n"
@@ -80,6 +91,15 @@ const char kUsage[] =
     "                the table learned from the neighbours' HELLOs once every port has heard\n"
     "                a neighbour and the table has not changed for 2 HELLO periods, or when S\n"
     "                run out. Run it on every node at about the same time\n"
+    "  --subnets     print this node's line for --ring-order: its name and its mesh ports'\n"
+    "                subnets (\"node1 198.18.0.0/24 198.18.1.0/24\"). Exit status 1 when no\n"
+    "                port is usable\n"
+    "  --ring-order FILE  print the order to launch the nodes in (rank 0 on the first) so that\n"
+    "                NCCL's ring goes from node to node over cables; where no order can, the\n"
+    "                pairs that go through the relay. FILE (- for stdin) has one --subnets\n"
+    "                line per node, e.g. from `for h in a b c d; do ssh $h nccl-mesh-info\n"
+    "                --subnets; done > nodes.txt`; blank lines and # comments are skipped.\n"
+    "                Needs no RDMA. Exit status: 0; 2 bad input (the line is named)\n"
     "  --json        machine-readable output on stdout\n"
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
     "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
@@ -114,6 +134,8 @@ struct Options {
   bool settings = false;
   bool version = false;
   bool routes = false;
+  bool subnets = false;
+  std::string ringOrder;  // --ring-order FILE
   int listenS = 0;  // --listen: 0 = off
   std::string probe;  // --probe PEER
   bool serve = false;
@@ -169,6 +191,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->settings = true;
     } else if (arg == "--routes") {
       opt->routes = true;
+    } else if (arg == "--subnets") {
+      opt->subnets = true;
     } else if (arg == "--version") {
       opt->version = true;
     } else if (arg == "--serve") {
@@ -183,7 +207,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
         return false;
       }
       opt->listenS = static_cast<int>(v);
-    } else if (arg == "--probe" || arg == "--port" || arg == "--bind" || arg == "--timeout") {
+    } else if (arg == "--probe" || arg == "--port" || arg == "--bind" || arg == "--timeout" ||
+               arg == "--ring-order") {
       if (i + 1 >= argc) {
         *error = arg + " needs a value";
         return false;
@@ -192,6 +217,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       char* end = nullptr;
       if (arg == "--probe") {
         opt->probe = value;
+      } else if (arg == "--ring-order") {
+        opt->ringOrder = value;
       } else if (arg == "--bind") {
         opt->bind = value;
       } else if (arg == "--port") {
@@ -642,6 +669,59 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
          jsonList(routes, [&](const PeerRoutes& pr) { return jsonPeer(pr, d); }).c_str());
 }
 
+// --- --subnets and --ring-order ---------------------------------------------------------------
+
+int printSubnets() {
+  mesh::Plugin& plugin = mesh::Plugin::instance();
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "unknown-host");
+  std::vector<mesh::Ipv4Prefix> subnets;
+  if (plugin.init(nullptr) == ncclSuccess) {
+    for (const mesh::MeshPort& p : plugin.discovery().ports) {
+      for (const mesh::PortAddress& a : p.addrs) {
+        // A /32 is nobody's cable: no other node can share it.
+        mesh::Ipv4Prefix net{a.ip.addr & mesh::prefixMask(a.ip.prefixLen), a.ip.prefixLen};
+        if (net.prefixLen < 32 && std::find(subnets.begin(), subnets.end(), net) == subnets.end()) {
+          subnets.push_back(net);
+        }
+      }
+    }
+  }
+  // The name alone when nothing is usable, so that --ring-order names this node's line.
+  printf("%s\n", mesh::subnetsLine(host, subnets).c_str());
+  if (!subnets.empty()) return kExitOk;
+  fprintf(stderr, "nccl-mesh-info --subnets: no usable mesh port with a subnet on %s; run "
+                  "`nccl-mesh-info -v` there to see why\n", host);
+  return kExitNoPort;
+}
+
+int printRingOrder(const std::string& file) {
+  std::string text;
+  if (file == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(file);
+    if (!in) {
+      fprintf(stderr, "nccl-mesh-info: --ring-order: cannot read '%s': %s\n", file.c_str(), strerror(errno));
+      return kExitBadInput;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::vector<mesh::RingNode> nodes;
+  std::string error;
+  mesh::RingOrder ring;
+  if (mesh::parseNodeLines(text, &nodes, &error)) {
+    ring = mesh::ringOrder(nodes);
+    error = ring.error;
+  }
+  if (!error.empty()) {
+    fprintf(stderr, "nccl-mesh-info: --ring-order %s: %s\n", file.c_str(), error.c_str());
+    return kExitBadInput;
+  }
+  for (const std::string& line : mesh::describeRingOrder(nodes, ring)) printf("%s\n", line.c_str());
+  return kExitOk;
+}
+
 // --- main ------------------------------------------------------------------------------------
 
 int exitStatus(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes) {
@@ -703,6 +783,12 @@ int main(int argc, char** argv) {
       printf("| `%s` | %s | %s |\n", s.name, *s.defaultText ? (std::string("`") + s.defaultText + "`").c_str() : "(empty)", s.doc);
     }
     return kExitOk;
+  }
+  if (!opt.ringOrder.empty()) return printRingOrder(opt.ringOrder);  // before any RDMA: pure input
+  if (opt.subnets) {
+    int status = printSubnets();
+    mesh::Plugin::instance().shutdown();
+    return status;
   }
   if (!opt.probe.empty()) {
     mesh::ProbeOptions p;

@@ -6,7 +6,8 @@
 # when no port is usable; a malformed NCCL_MESH_HCA entry is reported once, with the
 # variable named once; --routes names an unusable static route, and a malformed
 # NCCL_MESH_ROUTES is one WARN naming its entry; --listen's command-line errors, and no
-# listening without a port.
+# listening without a port; --subnets without a port; --ring-order without RDMA on a shuffled
+# 4-ring, a 4-line from stdin, a malformed line and a duplicate node (exit 2, the line named).
 foreach(var INFO PERF VERSION)
   if(NOT ${var})
     message(FATAL_ERROR "${var} not set")
@@ -36,8 +37,8 @@ check("nccl-mesh-info --version" 0 "^nccl-mesh-info: nccl-mesh ${version_re}( \\
       ${INFO} --version)
 check("nccl-mesh-perf --version" 0 "^nccl-mesh-perf: nccl-mesh ${version_re}( \\(git [0-9a-f]+(-dirty)?\\))?\n$"
       ${PERF} --version)
-check("usage lines list --settings, --probe and --serve" 0
-      "usage: nccl-mesh-info [^\n]*\n +nccl-mesh-info --probe PEER[^\n]*\n +nccl-mesh-info --serve[^\n]*\n +nccl-mesh-info --settings"
+check("usage lines list --settings, --probe, --serve and --ring-order" 0
+      "usage: nccl-mesh-info [^\n]*\n +nccl-mesh-info --probe PEER[^\n]*\n +nccl-mesh-info --serve[^\n]*\n +nccl-mesh-info --settings[^\n]*\n +nccl-mesh-info --subnets \\| --ring-order FILE\n"
       ${INFO} --help)
 check("nccl-mesh-info usage on a bad option names --version" 64 "--version" ${INFO} --frob)
 
@@ -59,6 +60,36 @@ check("a malformed NCCL_MESH_ROUTES: one WARN naming the entry, the variable nam
       NOT "NCCL_MESH_ROUTES[^\n]*NCCL_MESH_ROUTES"
       ${INFO} --routes)
 unset(ENV{NCCL_MESH_ROUTES})
+check("--subnets without a port: the name alone, and why" 1
+      "^[^ \n]+\n.*--subnets: no usable mesh port" ${INFO} --subnets)
+
+# --ring-order reads what --subnets printed on each node; the node files are written here.
+# Ring A-B-C-D-A (cables 198.18.0-3.0/24), listed C, A, D, B.
+set(ring4 "${CMAKE_CURRENT_BINARY_DIR}/ring_order_ring4.txt")
+file(WRITE ${ring4} "# for h in ...; do ssh $h nccl-mesh-info --subnets; done\n"
+                    "nodeC 198.18.1.0/24 198.18.2.0/24\n\n"
+                    "nodeA 198.18.3.0/24 198.18.0.0/24\n"
+                    "nodeD 198.18.2.0/24 198.18.3.0/24  # a comment\n"
+                    "nodeB 198.18.0.0/24 198.18.1.0/24\n")
+check("--ring-order on a shuffled 4-ring (no RDMA needed): the cable order" 0
+      "^Ring order \\(4 nodes, follows the cables everywhere\\): nodeC nodeD nodeA nodeB\nLaunch ranks in this order \\(rank 0 on nodeC[^\n]*mpirun -H nodeC,nodeD,nodeA,nodeB [^\n]*\\(nodeC 0, nodeD 1, nodeA 2, nodeB 3\\)\n$"
+      ${INFO} --ring-order ${ring4})
+set(line4 "${CMAKE_CURRENT_BINARY_DIR}/ring_order_line4.txt")
+file(WRITE ${line4} "nodeA 198.18.0.0/24\nnodeC 198.18.1.0/24 198.18.2.0/24\nnodeD 198.18.2.0/24\n"
+                    "nodeB 198.18.0.0/24 198.18.1.0/24\n")
+check("--ring-order - on a 4-line: the wrap pair named" 0
+      "^Ring order \\(4 nodes, line: nodeD -> nodeA is not cabled: NCCL's ring closes through the relay there\\): nodeA nodeB nodeC nodeD\n"
+      sh -c "\"$1\" --ring-order - < \"$2\"" sh ${INFO} ${line4})
+set(bad "${CMAKE_CURRENT_BINARY_DIR}/ring_order_bad.txt")
+file(WRITE ${bad} "nodeA 198.18.0.0/24\n# fine\nnodeB 198.18.0.0/24 198.18.1.0/33\n")
+check("--ring-order on a malformed line: exit 2, the line named" 2
+      "--ring-order [^\n]*ring_order_bad\\.txt: line 3: '198\\.18\\.1\\.0/33' is not a subnet A\\.B\\.C\\.D/LEN"
+      NOT "Ring order" ${INFO} --ring-order ${bad})
+file(WRITE ${bad} "nodeA 198.18.0.0/24\nnodeB 198.18.0.0/24\nnodeA 198.18.1.0/24\n")
+check("--ring-order with a node listed twice: exit 2, both lines named" 2
+      "node 'nodeA' is listed twice \\(line 1 and line 3\\)" ${INFO} --ring-order ${bad})
+check("--ring-order on a missing file: exit 2" 2 "--ring-order: cannot read '/nonexistent/nodes\\.txt'"
+      ${INFO} --ring-order /nonexistent/nodes.txt)
 check("--routes --listen without a port: exit 1 at once, the table computed, nothing heard" 1
       "Relay routes \\(not yet active[^\n]*\n[^\n]*: 0\n"
       NOT "learned by listening"
@@ -67,6 +98,7 @@ unset(ENV{NCCL_MESH_IBVERBS_LIB})
 check("--listen needs --routes" 64 "--listen shows the route table: use it with --routes" ${INFO} --listen 5)
 check("--listen takes 1..60 seconds" 64 "--listen needs a number of seconds, 1\\.\\.60" ${INFO} --routes --listen 61)
 check("--listen without a value" 64 "--listen needs a number of seconds" ${INFO} --routes --listen)
+check("--ring-order without a value" 64 "--ring-order needs a value" ${INFO} --ring-order)
 
 set(ENV{NCCL_MESH_HCA} "mlx5_0:x")
 check("a malformed NCCL_MESH_HCA entry: one WARN, the variable named once" ANY
