@@ -38,6 +38,8 @@ std::string runAbortReload(Context& ctx);
 std::string runFork(Context& ctx);
 // scenario_relay.cpp
 std::string runRelay(Context& ctx);
+// scenario_relay_bench.cpp
+std::string runRelayBench(Context& ctx);
 
 // dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
 // runs in the parent: waits for the child and turns its planned death into exit 0.
