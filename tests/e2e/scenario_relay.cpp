@@ -74,14 +74,7 @@ void requireNoKernelForwarding() {
   }
 }
 
-// Whether the lab cables rank i to rank j (-1: topology unknown).
-int cabled(const Context& ctx, int i, int j) {
-  int d = std::abs(i - j);
-  if (ctx.topology == "full") return 1;
-  if (ctx.topology == "ring") return d == 1 || d == ctx.nodes - 1 ? 1 : 0;
-  if (ctx.topology == "line") return d == 1 ? 1 : 0;
-  return -1;
-}
+// Whether the lab cables this rank to `peer` (-1: topology unknown).
 int cabledTo(const Context& ctx, int peer) { return cabled(ctx, ctx.rank, peer); }
 
 // The sequence phase's message m: 8..1031 bytes, its sequence number in the first 8.

@@ -9,15 +9,14 @@
 //              8-byte "all received" message is back, so a relay that buffers cannot flatter
 //              the figure (a send completes at A once its bytes sit in B's ring)
 // Every wait polls test() as NCCL's proxy does: spin while requests complete, sched_yield()
-// after a sweep that found nothing. A benchmark asserts no speed; it fails only on a wrong
-// size reported or wrong bytes (each receive slot's last message is checked after a stream)
-// or at the deadline. Rank 0's PASS line has the figures and the ratios:
+// after a poll that found nothing (--idle-sleep-us N: sleep N us instead, for TCG guests).
+// A benchmark asserts no speed; it fails only on a wrong size reported or wrong bytes (each
+// receive slot's last message is checked after a stream) or at the deadline. Rank 0's PASS line has the figures and the ratios:
 //   bw_ratio_<size> = relayed / direct; lat_extra_us = relayed - direct, and lat_extra_links
 //   = that over the direct latency (one link's latency: the issue allows two).
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -33,59 +32,17 @@ constexpr int kLatSize = 8;
 constexpr int kDataTag = 7, kPingTag = 8, kDoneTag = 9;
 constexpr int kSpinsPerDeadlineCheck = 4096;
 
-// One request to completion, spinning like NCCL's proxy; the size test() reports must be
-// `expect` (-1: any).
-void waitDone(Context& ctx, void* req, int expect, const std::string& what) {
-  unsigned spins = 0;
-  while (true) {
-    int done = 0;
-    size_t got = 0;
-    ctx.net.check(ctx.net->test(req, &done, &got, 1), "test", what);
-    if (done) {
-      if (expect >= 0 && got != static_cast<size_t>(expect)) {
-        fail("%s: test() reported %zu bytes, %d were sent", what.c_str(), got, expect);
-      }
-      return;
-    }
-    if (++spins % kSpinsPerDeadlineCheck == 0 && ctx.deadline.expired()) fail("%s: not done at the deadline", what.c_str());
-    sched_yield();
-  }
-}
-
-// isend/irecv retried without sleeping while the plugin says "not yet" (a NULL request).
-void* spinSend(Context& ctx, void* comm, void* data, int size, int tag, void* mh, const char* what) {
-  for (unsigned spins = 1;; ++spins) {
-    void* req = nullptr;
-    ctx.net.check(ctx.net->isend(comm, data, static_cast<size_t>(size), tag, mh, &req), "isend", what);
-    if (req != nullptr) return req;
-    if (spins % kSpinsPerDeadlineCheck == 0 && ctx.deadline.expired()) fail("%s: NULL until the deadline", what);
-    sched_yield();
-  }
-}
-void* spinRecv(Context& ctx, void* comm, void* data, int size, int tag, void* mh, const char* what) {
-  size_t sizes[1] = {static_cast<size_t>(size)};
-  int tags[1] = {tag};
-  void* datas[1] = {data};
-  void* mhs[1] = {mh};
-  for (unsigned spins = 1;; ++spins) {
-    void* req = nullptr;
-    ctx.net.check(ctx.net->irecv(comm, 1, datas, sizes, tags, mhs, &req), "irecv", what);
-    if (req != nullptr) return req;
-    if (spins % kSpinsPerDeadlineCheck == 0 && ctx.deadline.expired()) fail("%s: NULL until the deadline", what);
-    sched_yield();
-  }
-}
-
 struct Settings {
   std::vector<size_t> sizes;
   size_t bwBytes = 0;
   int window = 8;
   int latIters = 0;
+  int idleSleepUs = 0;
 };
 
 // Rank 0's or its peer's end of one pair: a send and a receive comm, a data arena of
-// `window` slots of the largest size (the data direction's receiver holds the slots) and a
-// small buffer each way for pings and "done".
+// `window` slots of the largest size (rank 0 streams from its slots, the peer receives into
+// its own) and a small buffer each way for pings and "done".
 class BenchPair {
  public:
   BenchPair(Context& ctx, PeerComms& comms, int peer, const Settings& s)
@@ -111,19 +68,19 @@ class BenchPair {
     if (ctx_.rank == 0) {
       for (int i = 0; i < iters; ++i) {
         Clock::time_point t0 = Clock::now();
-        void* r = spinRecv(ctx_, rc_, smallIn_.data(), kLatSize, kPingTag, mhIn_, "pong irecv");
-        void* s = spinSend(ctx_, sc_, smallOut_.data(), kLatSize, kPingTag, mhOut_, "ping isend");
-        waitDone(ctx_, s, -1, "ping isend");
-        waitDone(ctx_, r, kLatSize, "pong irecv");
+        void* r = spinRecv(rc_, smallIn_.data(), kLatSize, kPingTag, mhIn_, "pong irecv");
+        void* s = spinSend(sc_, smallOut_.data(), kLatSize, kPingTag, mhOut_, "ping isend");
+        waitDone(s, -1, "ping isend");
+        waitDone(r, kLatSize, "pong irecv");
         half.push_back(secondsSince(t0) * 1e6 / 2);
       }
     } else {
-      void* r = spinRecv(ctx_, rc_, smallIn_.data(), kLatSize, kPingTag, mhIn_, "ping irecv");
+      void* r = spinRecv(rc_, smallIn_.data(), kLatSize, kPingTag, mhIn_, "ping irecv");
       for (int i = 0; i < iters; ++i) {
-        waitDone(ctx_, r, kLatSize, "ping irecv");
-        if (i + 1 < iters) r = spinRecv(ctx_, rc_, smallIn_.data(), kLatSize, kPingTag, mhIn_, "ping irecv");
-        void* s = spinSend(ctx_, sc_, smallOut_.data(), kLatSize, kPingTag, mhOut_, "pong isend");
-        waitDone(ctx_, s, -1, "pong isend");
+        waitDone(r, kLatSize, "ping irecv");
+        if (i + 1 < iters) r = spinRecv(rc_, smallIn_.data(), kLatSize, kPingTag, mhIn_, "ping irecv");
+        void* s = spinSend(sc_, smallOut_.data(), kLatSize, kPingTag, mhOut_, "pong isend");
+        waitDone(s, -1, "pong isend");
       }
     }
     return half;
@@ -135,35 +92,36 @@ class BenchPair {
     const int n = static_cast<int>(size), w = s_.window;
     if (ctx_.rank == 0) {
       for (int k = 0; k < w; ++k) fillPattern(slotAt(k), size, slotSeed(size, k));
-      void* done = spinRecv(ctx_, rc_, smallIn_.data(), kLatSize, kDoneTag, mhIn_, "done irecv");
+      void* done = spinRecv(rc_, smallIn_.data(), kLatSize, kDoneTag, mhIn_, "done irecv");
       Clock::time_point t0 = Clock::now();
       std::vector<void*> inflight(static_cast<size_t>(w), nullptr);
       for (long m = 0; m < count; ++m) {
         void*& slot = inflight[static_cast<size_t>(m % w)];
-        if (slot != nullptr) waitDone(ctx_, slot, -1, "stream isend");
-        slot = spinSend(ctx_, sc_, slotAt(static_cast<int>(m % w)), n, kDataTag, mhData_, "stream isend");
+        if (slot != nullptr) waitDone(slot, -1, "stream isend");
+        slot = spinSend(sc_, slotAt(static_cast<int>(m % w)), n, kDataTag, mhData_, "stream isend");
       }
       for (void* r : inflight) {
-        if (r != nullptr) waitDone(ctx_, r, -1, "stream isend");
+        if (r != nullptr) waitDone(r, -1, "stream isend");
       }
-      waitDone(ctx_, done, kLatSize, "done irecv");
+      waitDone(done, kLatSize, "done irecv");
       return secondsSince(t0);
     }
     memset(data_.data(), kCanary, data_.size());
     std::vector<void*> posted(static_cast<size_t>(w), nullptr);
     long next = 0;
     for (; next < std::min<long>(count, w); ++next) {
-      posted[static_cast<size_t>(next)] = spinRecv(ctx_, rc_, slotAt(static_cast<int>(next)), n, kDataTag, mhData_, "stream irecv");
+      posted[static_cast<size_t>(next)] =
+          spinRecv(rc_, slotAt(static_cast<int>(next)), n, kDataTag, mhData_, "stream irecv");
     }
     for (long m = 0; m < count; ++m) {
       const int k = static_cast<int>(m % w);
-      waitDone(ctx_, posted[static_cast<size_t>(k)], n, "stream irecv");
+      waitDone(posted[static_cast<size_t>(k)], n, "stream irecv");
       posted[static_cast<size_t>(k)] =
-          next < count ? spinRecv(ctx_, rc_, slotAt(k), n, kDataTag, mhData_, "stream irecv") : nullptr;
+          next < count ? spinRecv(rc_, slotAt(k), n, kDataTag, mhData_, "stream irecv") : nullptr;
       next += next < count ? 1 : 0;
     }
-    void* s = spinSend(ctx_, sc_, smallOut_.data(), kLatSize, kDoneTag, mhOut_, "done isend");
-    waitDone(ctx_, s, -1, "done isend");
+    void* s = spinSend(sc_, smallOut_.data(), kLatSize, kDoneTag, mhOut_, "done isend");
+    waitDone(s, -1, "done isend");
     // Receives complete in posting order: slot k holds the last message sent from slot k.
     for (int k = 0; k < std::min<long>(count, w); ++k) {
       std::string bad = checkPattern(slotAt(k), size, slotSeed(size, k));
@@ -173,6 +131,60 @@ class BenchPair {
   }
 
  private:
+  // After a poll that found nothing: sched_yield(), as NCCL's proxy does; or, with
+  // --idle-sleep-us (emulated labs only), a short sleep, because a spinning process takes
+  // the CPU the guest's emulated NIC needs to move the very bytes it waits for.
+  void idle() const {
+    if (s_.idleSleepUs > 0) {
+      pollPause(s_.idleSleepUs);
+    } else {
+      sched_yield();
+    }
+  }
+  // One request to completion, spinning like NCCL's proxy (see idle()); the size test()
+  // reports must be `expect` (-1: any).
+  void waitDone(void* req, int expect, const std::string& what) {
+    unsigned spins = 0;
+    while (true) {
+      int done = 0;
+      size_t got = 0;
+      ctx_.net.check(ctx_.net->test(req, &done, &got, 1), "test", what);
+      if (done) {
+        if (expect >= 0 && got != static_cast<size_t>(expect)) {
+          fail("%s: test() reported %zu bytes, %d were sent", what.c_str(), got, expect);
+        }
+        return;
+      }
+      if (++spins % kSpinsPerDeadlineCheck == 0 && ctx_.deadline.expired()) {
+        fail("%s: not done at the deadline", what.c_str());
+      }
+      idle();
+    }
+  }
+
+  // isend/irecv retried without sleeping while the plugin says "not yet" (a NULL request).
+  void* spinSend(void* comm, void* data, int size, int tag, void* mh, const char* what) {
+    for (unsigned spins = 1;; ++spins) {
+      void* req = nullptr;
+      ctx_.net.check(ctx_.net->isend(comm, data, static_cast<size_t>(size), tag, mh, &req), "isend", what);
+      if (req != nullptr) return req;
+      if (spins % kSpinsPerDeadlineCheck == 0 && ctx_.deadline.expired()) fail("%s: NULL until the deadline", what);
+      idle();
+    }
+  }
+  void* spinRecv(void* comm, void* data, int size, int tag, void* mh, const char* what) {
+    size_t sizes[1] = {static_cast<size_t>(size)};
+    int tags[1] = {tag};
+    void* datas[1] = {data};
+    void* mhs[1] = {mh};
+    for (unsigned spins = 1;; ++spins) {
+      void* req = nullptr;
+      ctx_.net.check(ctx_.net->irecv(comm, 1, datas, sizes, tags, mhs, &req), "irecv", what);
+      if (req != nullptr) return req;
+      if (spins % kSpinsPerDeadlineCheck == 0 && ctx_.deadline.expired()) fail("%s: NULL until the deadline", what);
+      idle();
+    }
+  }
   uint8_t* slotAt(int k) const { return data_.data() + static_cast<size_t>(k) * slot_; }
   uint64_t slotSeed(size_t size, int k) const {
     return patternSeed(0, ctx_.rank == 0 ? peer_ : ctx_.rank, size, static_cast<uint64_t>(k), 0);
@@ -211,22 +223,19 @@ Settings parseSettings(Context& ctx) {
   if (!parseSize(ctx.opts.str("bw-bytes", "256M"), &s.bwBytes) || s.bwBytes < 1) fail("--bw-bytes: expected a size");
   s.window = static_cast<int>(ctx.opts.integer("window", 8));
   s.latIters = static_cast<int>(ctx.opts.integer("lat-iters", 1000));
+  s.idleSleepUs = static_cast<int>(ctx.opts.integer("idle-sleep-us", 0));
+  if (s.idleSleepUs < 0 || s.idleSleepUs > 100000) fail("--idle-sleep-us %d: expected 0 .. 100000", s.idleSleepUs);
   if (s.window < 1 || s.window > kMaxRequests) fail("--window %d: expected 1 .. %d", s.window, kMaxRequests);
   if (s.latIters < 1 || s.latIters > 1000000) fail("--lat-iters %d: expected 1 .. 1000000", s.latIters);
   return s;
-}
-
-// Whether the lab cables ranks i and j (ring or line; the bench needs to know).
-bool cabledPair(const Context& ctx, int i, int j) {
-  int d = std::abs(i - j);
-  return ctx.topology == "full" || d == 1 || (ctx.topology == "ring" && d == ctx.nodes - 1);
 }
 
 }  // namespace
 
 std::string runRelayBench(Context& ctx) {
   requireNodes(ctx, 0);
-  if ((ctx.topology != "ring" && ctx.topology != "line") || ctx.nodes < 3 || cabledPair(ctx, 0, kRelayed)) {
+  if ((ctx.topology != "ring" && ctx.topology != "line") || ctx.nodes < 3 || cabled(ctx, 0, kDirect) != 1 ||
+      cabled(ctx, 0, kRelayed) != 0) {
     fail("relay-bench needs rank 0 cabled to rank 1 and not to rank 2: a ring of 4 or more nodes or a line of 3 or "
          "more (topology '%s', %d nodes)", ctx.topology.c_str(), ctx.nodes);
   }
@@ -240,8 +249,13 @@ std::string runRelayBench(Context& ctx) {
   ctx.barrier("relay-bench-up");
 
   std::vector<std::unique_ptr<BenchPair>> pairs(3);
-  for (int p : peers) pairs[static_cast<size_t>(ctx.rank == 0 ? p : ctx.rank)] = std::make_unique<BenchPair>(ctx, table[p], p, s);
-  auto mine = [&](int kind) { return ctx.rank == 0 || ctx.rank == kind ? pairs[static_cast<size_t>(kind)].get() : nullptr; };
+  // Indexed by kind (kDirect, kRelayed): rank 0 holds both, its peers their own.
+  for (int p : peers) {
+    pairs[static_cast<size_t>(ctx.rank == 0 ? p : ctx.rank)] = std::make_unique<BenchPair>(ctx, table[p], p, s);
+  }
+  auto mine = [&](int kind) {
+    return ctx.rank == 0 || ctx.rank == kind ? pairs[static_cast<size_t>(kind)].get() : nullptr;
+  };
   const char* kKind[3] = {"", "direct", "relayed"};
 
   // Latency: a warm-up of a tenth, then the timed iterations; direct, then relayed.
@@ -290,9 +304,10 @@ std::string runRelayBench(Context& ctx) {
                                             : ctx.rank == kRelayed ? "relayed peer" : "relay candidate", upSeconds);
   }
   return format("topology=%s%s lat_direct_us=%.1f lat_relayed_us=%.1f lat_extra_us=%.1f lat_extra_links=%.2f "
-                "lat_iters=%d window=%d MB/s=1e6B/s connect_s=%.2f",
+                "lat_direct_min_us=%.1f lat_relayed_min_us=%.1f lat_iters=%d window=%d idle_sleep_us=%d MB/s=1e6B/s connect_s=%.2f",
                 ctx.topology.c_str(), figures.c_str(), lat[kDirect], lat[kRelayed], lat[kRelayed] - lat[kDirect],
-                (lat[kRelayed] - lat[kDirect]) / lat[kDirect], s.latIters, s.window, upSeconds);
+                (lat[kRelayed] - lat[kDirect]) / lat[kDirect], latMin[kDirect], latMin[kRelayed], s.latIters, s.window,
+                s.idleSleepUs, upSeconds);
 }
 
 }  // namespace e2e

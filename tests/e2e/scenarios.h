@@ -61,6 +61,9 @@ double envSeconds(const char* name, double fallbackMs);
 void requireNodes(const Context& ctx, int nodes);
 // Every rank but this one, ascending.
 std::vector<int> otherRanks(const Context& ctx);
+// Whether the lab's topology (ctx.topology, ctx.nodes) cables rank i to rank j: 1 yes, 0 no,
+// -1 topology unknown.
+int cabled(const Context& ctx, int i, int j);
 
 // --- routing ---------------------------------------------------------------------------------
 struct RouteReport {
