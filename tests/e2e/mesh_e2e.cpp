@@ -62,9 +62,15 @@ const ScenarioInfo kScenarios[] = {
      "[--cycles 20]          2 nodes: abandoned connect + dlclose + dlopen + init; nothing leaks"},
     {"fork", runFork, {"iters", "size"},
      "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
-    {"relay", runRelay, {"big", "messages", "outstanding"},
+    {"relay", runRelay, {"big", "messages", "outstanding", "check-relay-netdevs", "netdev-bytes"},
      "[--big 64M] [--messages 1000] [--outstanding 32]  >= 2 nodes, any topology (ring/line: relayed\n"
-     "                  pairs): every ordered pair byte-exact; ip_forward must be 0"},
+     "                  pairs): every ordered pair byte-exact; ip_forward must be 0\n"
+     "                  [--check-relay-netdevs] [--netdev-bytes 4M]  lab ring/line: rank 0 -> rank 2's\n"
+     "                  bytes crossed the relay's netdevs from rank 0 and to rank 2"},
+    {"relay-bench", runRelayBench, {"sizes", "bw-bytes", "window", "lat-iters", "idle-sleep-us"},
+     "[--sizes 64K,1M,4M] [--bw-bytes 256M] [--window 8] [--lat-iters 1000]  ring >= 4 or line >= 3:\n"
+     "                  [--idle-sleep-us 0]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed): 8 B latency,\n"
+     "                  bandwidth, ratios"},
 };
 
 void usage(FILE* out) {

@@ -40,6 +40,14 @@ std::vector<int> otherRanks(const Context& ctx) {
   return out;
 }
 
+int cabled(const Context& ctx, int i, int j) {
+  int d = std::abs(i - j);
+  if (ctx.topology == "full") return 1;
+  if (ctx.topology == "ring") return d == 1 || d == ctx.nodes - 1 ? 1 : 0;
+  if (ctx.topology == "line") return d == 1 ? 1 : 0;
+  return -1;
+}
+
 std::string RouteReport::describe() const {
   std::string out;
   for (const auto& kv : netdevs) {

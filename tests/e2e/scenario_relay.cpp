@@ -18,6 +18,7 @@
 //   sequence  --messages (1000) of 8..1031 bytes, --outstanding (32) at a time, in order
 //   big       one --big (64 MiB; 0: none) message
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -74,12 +75,7 @@ void requireNoKernelForwarding() {
 }
 
 // Whether the lab cables this rank to `peer` (-1: topology unknown).
-int cabledTo(const Context& ctx, int peer) {
-  if (ctx.topology == "full") return 1;
-  if (ctx.topology == "ring") return peer == ctx.next() || peer == ctx.prev() ? 1 : 0;
-  if (ctx.topology == "line") return std::abs(peer - ctx.rank) == 1 ? 1 : 0;
-  return -1;
-}
+int cabledTo(const Context& ctx, int peer) { return cabled(ctx, ctx.rank, peer); }
 
 // The sequence phase's message m: 8..1031 bytes, its sequence number in the first 8.
 int seqSize(int m) { return 8 + (m * 389) % 1024; }
@@ -326,6 +322,87 @@ CommTable connectAll(Context& ctx, const std::vector<int>& peers) {
   }
 }
 
+// /sys/class/net/<dev>/statistics/<name>: bytes the netdev moved, frame headers included.
+long long netdevBytes(const std::string& dev, const char* name) {
+  std::string path = format("/sys/class/net/%s/statistics/%s", dev.c_str(), name);
+  std::ifstream in(path);
+  long long v = -1;
+  if (!(in >> v)) {
+    fail("--check-relay-netdevs: cannot read %s (the relay's netdev towards a neighbour, named p<rank> as "
+         "vmesh names it, one cable per pair)", path.c_str());
+  }
+  return v;
+}
+
+// Issue 15: "B's two netdevs carried the relayed bytes". rxe is UDP in the guest kernel, so a
+// relayed byte crosses B's netdev from A (rx) and B's netdev to C (tx) whoever forwards it;
+// with ip_forward 0 (checked first) only the plugin can have. Rank 0 sends `size` bytes to
+// rank 2 (no cable between them) on the comm round 2 used, while no other comm moves; every
+// rank cabled to both (rank 1; on a 4-ring also rank 3: the route service picks one) reads
+// its p0 rx_bytes and p2 tx_bytes around it, and one of them must have carried >= `size` on
+// both. The userspace fabric moves bytes over shared memory, not its veths: lab only.
+std::string checkRelayNetdevs(Context& ctx, CommTable& table, size_t size) {
+  const int a = 0, c = 2;
+  if (getenv("MESHFAB_DIR") != nullptr) {
+    // Measured: a 4-ring relay run moving 64 MiB per relayed pair left ~5 KB on the relay's
+    // veths (route HELLOs, handshakes); the fabric's packets never touch them.
+    fail("--check-relay-netdevs runs in the QEMU lab only: the userspace fabric (MESHFAB_DIR is set) moves RDMA "
+         "bytes over shared memory, not over its veths, whose counters see only the control plane");
+  }
+  if (cabled(ctx, a, c) != 0) {
+    fail("--check-relay-netdevs needs ranks 0 and 2 without a cable between them (a ring of 4 or more nodes "
+         "or a line of 3 or more); topology '%s' with %d nodes", ctx.topology.c_str(), ctx.nodes);
+  }
+  std::vector<int> relays;
+  for (int r = 0; r < ctx.nodes; ++r) {
+    if (r != a && r != c && cabled(ctx, r, a) == 1 && cabled(ctx, r, c) == 1) relays.push_back(r);
+  }
+  const bool relay = std::find(relays.begin(), relays.end(), ctx.rank) != relays.end();
+  const std::string fromA = format("p%d", a), toC = format("p%d", c);
+  long long rx0 = 0, tx0 = 0;
+  if (relay) rx0 = netdevBytes(fromA, "rx_bytes"), tx0 = netdevBytes(toC, "tx_bytes");
+  setPhase(format("relay: netdev check, %zu bytes rank%d->rank%d", size, a, c));
+  ctx.barrier("relay-netdevs-before");  // every relay candidate has its counters before a byte moves
+  if (ctx.rank == a || ctx.rank == c) {
+    const bool sender = ctx.rank == a;
+    void* comm = sender ? table[c].send[0] : table[a].recv[0];
+    HostBuffer buf(size + kGuard);
+    void* mh = regHost(ctx, comm, buf, "relay netdev-check buffer");
+    Phase ph;
+    ph.name = "netdev check: one relayed message";
+    int n = toInt(size), tag = 95;
+    uint64_t seed = patternSeed(a, c, kIdBig, 1, 0);
+    uint8_t* dst = buf.data();
+    if (sender) ph.addSend(comm, buf.data(), n, tag, mh, seed, format("netdev check isend rank%d->rank%d", a, c));
+    if (!sender) ph.addRecv(comm, 1, &dst, &n, &tag, mh, &n, &seed, format("netdev check irecv rank%d<-rank%d", c, a), kGuard);
+    Engine engine(ctx, ctx.seed);
+    runPhase(ctx, engine, ph, false);
+    deregHost(ctx, comm, mh, "relay netdev-check buffer");
+  }
+  ctx.barrier("relay-netdevs-after");
+  if (relay) {
+    long long rx = netdevBytes(fromA, "rx_bytes") - rx0, tx = netdevBytes(toC, "tx_bytes") - tx0;
+    say("relay netdevs: %s rx_bytes +%lld, %s tx_bytes +%lld while %zu bytes went rank%d->rank%d", fromA.c_str(), rx,
+        toC.c_str(), tx, size, a, c);
+    ctx.rv->publish(format("netdevs.%d", ctx.rank), format("%lld %lld", rx, tx));
+  }
+  std::string seen, carried;
+  for (int r : relays) {
+    std::string text = ctx.rv->fetch(format("netdevs.%d", r), ctx.deadline, format("rank %d's netdev counts", r));
+    long long rx = -1, tx = -1;
+    if (sscanf(text.c_str(), "%lld %lld", &rx, &tx) != 2) fail("rank %d published netdev counts '%s'", r, text.c_str());
+    seen += format("%srank%d: %s rx +%lld, %s tx +%lld", seen.empty() ? "" : "; ", r, fromA.c_str(), rx, toC.c_str(), tx);
+    if (rx >= static_cast<long long>(size) && tx >= static_cast<long long>(size) && carried.empty()) {
+      carried = format("rank%d:%s_rx+%lld,%s_tx+%lld", r, fromA.c_str(), rx, toC.c_str(), tx);
+    }
+  }
+  if (carried.empty()) {
+    fail("%zu bytes went rank%d->rank%d (no cable), but no rank between them carried them on both its netdevs (%s); "
+         "the relay did not forward them, or something other than rxe moved them", size, a, c, seen.c_str());
+  }
+  return carried;
+}
+
 }  // namespace
 
 std::string runRelay(Context& ctx) {
@@ -335,6 +412,9 @@ std::string runRelay(Context& ctx) {
   long messages = ctx.opts.integer("messages", 1000);
   long outstanding = ctx.opts.integer("outstanding", kMaxRequests);
   long big = ctx.opts.integer("big", 64L << 20);
+  const bool checkNetdevs = ctx.opts.has("check-relay-netdevs");
+  const long netdevSize = ctx.opts.integer("netdev-bytes", 4L << 20);
+  if (netdevSize < 1 || netdevSize > (1L << 30)) fail("--netdev-bytes %ld: expected 1 .. 1G", netdevSize);
   if (messages < 1 || messages > 100000) fail("--messages %ld: expected 1 .. 100000", messages);
   if (outstanding < 1 || outstanding > kMaxRequests) {
     fail("--outstanding %ld: expected 1 .. %d (requests per comm)", outstanding, kMaxRequests);
@@ -368,16 +448,18 @@ std::string runRelay(Context& ctx) {
         cabledTo(ctx, round.inPeer()) == 0 ? " (no cable)" : "", secondsSince(roundStart));
     ctx.barrier(format("relay-round-%d", r));
   }
+  std::string netdevs;
+  if (checkNetdevs) netdevs = " relay_netdevs=" + checkRelayNetdevs(ctx, table, static_cast<size_t>(netdevSize));
   closeAll(ctx, table);
   int pairs = ctx.nodes * (ctx.nodes - 1);
   return format("api=v%d topology=%s pairs=%d (this rank: %zu out, %zu in, %d without a cable) chunk=%zu "
                 "messages=%ld sent/%ld received bytes=%s sent/%s received data_s=%.2f connect_s=%.2f "
-                "big=%ld sequence=%ldx%ld ip_forward=0",
+                "big=%ld sequence=%ldx%ld ip_forward=0%s",
                 ctx.api, ctx.topology.empty() ? "?" : ctx.topology.c_str(), pairs, peers.size(), peers.size(),
                 uncabled, chunk, totals.sent, totals.received,
                 humanBytes(static_cast<double>(totals.bytesSent)).c_str(),
                 humanBytes(static_cast<double>(totals.bytesReceived)).c_str(), totals.seconds, upSeconds, big,
-                messages, outstanding);
+                messages, outstanding, netdevs.c_str());
 }
 
 }  // namespace e2e

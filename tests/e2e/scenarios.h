@@ -38,6 +38,8 @@ std::string runAbortReload(Context& ctx);
 std::string runFork(Context& ctx);
 // scenario_relay.cpp
 std::string runRelay(Context& ctx);
+// scenario_relay_bench.cpp
+std::string runRelayBench(Context& ctx);
 
 // dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
 // runs in the parent: waits for the child and turns its planned death into exit 0.
@@ -59,6 +61,9 @@ double envSeconds(const char* name, double fallbackMs);
 void requireNodes(const Context& ctx, int nodes);
 // Every rank but this one, ascending.
 std::vector<int> otherRanks(const Context& ctx);
+// Whether the lab's topology (ctx.topology, ctx.nodes) cables rank i to rank j: 1 yes, 0 no,
+// -1 topology unknown.
+int cabled(const Context& ctx, int i, int j);
 
 // --- routing ---------------------------------------------------------------------------------
 struct RouteReport {
