@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -366,7 +367,14 @@ void RelayService::run() {
       endLink(std::move(links_[i]), why);
       links_.erase(links_.begin() + static_cast<long>(i));
     }
-    if (active) lastWork = Clock::now();
+    if (active) {
+      lastWork = Clock::now();
+    } else if (spin) {
+      // A round with nothing to do gives the core away once, as NCCL's proxy does: on a
+      // host with fewer cores than busy threads (or a 1-vCPU guest whose NIC is a kernel
+      // thread) a relay that never yields delays the very completions it waits for.
+      sched_yield();
+    }
   }
   if (abandon_.load()) {
     // Exit: no verbs call (see abandon()); sockets and memory go with the process.
