@@ -4,6 +4,7 @@
 // resource snapshots for leak checks.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -18,6 +19,12 @@ namespace e2e {
 std::string runConnectMesh(Context& ctx);
 std::string runRingDiagonal(Context& ctx);
 std::string runCycles(Context& ctx);
+// --count cycles of connect/accept both ways, one 8-byte exchange, close, between ranks a
+// and b; every rank (the others too: they may relay) compares fds and rdma resources after
+// --check-at and the last cycle, after `settle` returned (e.g. a relay's links all ended).
+// PASS figures: cycle times, the snapshots.
+std::string cyclesBetween(Context& ctx, int a, int b, int count, int checkAt,
+                          const std::function<void()>& settle = {});
 // scenario_failure.cpp
 std::string runDeadPeer(Context& ctx);
 std::string runCloseInflight(Context& ctx);
