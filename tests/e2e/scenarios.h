@@ -46,12 +46,18 @@ std::string runFork(Context& ctx);
 // scenario_relay.cpp
 std::string runRelay(Context& ctx);
 
-// dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
-// runs in the parent: waits for the child and turns its planned death into exit 0.
-int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, double deadlineS);
-bool deadPeerNeedsGuard(const Options& opts, int rank);
-// Set in the child: the pipe to the parent (the child writes 'D' just before dying).
-void setDeadPeerReportFd(int fd);
+// A rank that dies or stops on purpose (dead-peer's rank 1) runs the scenario in a child
+// that main forks before loading the plugin; the parent waits for it and turns its planned death into exit 0. A child that stops itself
+// (stopAsPlanned) is continued (SIGCONT) once another rank publishes resume.<rank>; a child
+// that runs to its end passes with its own PASS line. scenario_failure.cpp.
+bool needsChildGuard(const Context& ctx);
+int childGuardParent(const Context& ctx, Rendezvous& rv, int childPid, int reportFd, double deadlineS);
+// In the child: the pipe to the parent.
+void setChildReportFd(int fd);
+// Tells the parent the death is planned, then SIGKILLs itself (kill9) or _exit(0)s.
+[[noreturn]] void dieAsPlanned(bool kill9);
+// Tells the parent, then SIGSTOPs itself; returns once the parent continued it.
+void stopAsPlanned();
 
 // Options every scenario accepts.
 std::set<std::string> commonOptions();
