@@ -66,6 +66,9 @@ const ScenarioInfo kScenarios[] = {
     {"relay", runRelay, {"big", "messages", "outstanding"},
      "[--big 64M] [--messages 1000] [--outstanding 32]  >= 2 nodes, any topology (ring/line: relayed\n"
      "                  pairs): every ordered pair byte-exact; ip_forward must be 0"},
+    {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
+     "--mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut [--count 200]\n"
+     "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},
 };
 
 void usage(FILE* out) {

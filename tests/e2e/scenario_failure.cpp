@@ -370,6 +370,7 @@ bool needsChildGuard(const Context& ctx) {
     return ctx.rank == 1 && (mode == "listener-dies" || mode == "peer-killed" || mode == "idle" ||
                              mode == "mid-send");
   }
+  if (ctx.scenario == "relay-faults") return relayFaultsNeedsGuard(ctx);
   return false;
 }
 

@@ -46,8 +46,13 @@ std::string runFork(Context& ctx);
 // scenario_relay.cpp
 std::string runRelay(Context& ctx);
 
-// A rank that dies or stops on purpose (dead-peer's rank 1) runs the scenario in a child
-// that main forks before loading the plugin; the parent waits for it and turns its planned death into exit 0. A child that stops itself
+// scenario_relay_faults.cpp
+std::string runRelayFaults(Context& ctx);
+bool relayFaultsNeedsGuard(const Context& ctx);
+
+// A rank that dies or stops on purpose (dead-peer's rank 1, relay-faults' relay or
+// receiver) runs the scenario in a child that main forks before loading the plugin; the
+// parent waits for it and turns its planned death into exit 0. A child that stops itself
 // (stopAsPlanned) is continued (SIGCONT) once another rank publishes resume.<rank>; a child
 // that runs to its end passes with its own PASS line. scenario_failure.cpp.
 bool needsChildGuard(const Context& ctx);
