@@ -5,6 +5,7 @@
 //   PASS <scenario> rank=<r> ... figures      or      FAIL <scenario> rank=<r>: reason
 // and exits 0 only on PASS. A global deadline turns any hang into a FAIL.
 #include <fcntl.h>
+#include <signal.h>
 #include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +72,9 @@ const ScenarioInfo kScenarios[] = {
      "[--sizes 64K,1M,4M] [--bw-bytes 256M] [--window 8] [--lat-iters 1000]  ring >= 4 or line >= 3:\n"
      "                  [--idle-sleep-us 0]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed): 8 B latency,\n"
      "                  bandwidth, ratios"},
+    {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
+     "--mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut [--count 200]\n"
+     "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},
 };
 
 void usage(FILE* out) {
@@ -162,27 +166,34 @@ int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& share
   }
 }
 
-// dead-peer's rank 1 dies on purpose: fork before anything starts a thread; the child runs
-// the scenario and dies, the parent reports. Returns the parent's exit status, or -1 in
-// the child.
-int forkDeadPeerGuard(const Context& ctx, double deadline) {
+// A rank that dies on purpose (needsChildGuard): fork before anything starts a thread; the
+// child runs the scenario and dies, the parent reports. Returns the parent's exit status,
+// or -1 in the child.
+int forkChildGuard(const Context& ctx, const std::string& shared, double deadline) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    printf("FAIL dead-peer rank=%d: pipe: %s\n", ctx.rank, strerror(errno));
+    printf("FAIL %s rank=%d: pipe: %s\n", ctx.scenario.c_str(), ctx.rank, strerror(errno));
     return 1;
   }
   fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) {
-    printf("FAIL dead-peer rank=%d: fork: %s\n", ctx.rank, strerror(errno));
+    printf("FAIL %s rank=%d: fork: %s\n", ctx.scenario.c_str(), ctx.rank, strerror(errno));
     return 1;
   }
   if (pid > 0) {
     close(fds[1]);
-    return deadPeerGuardParent(pid, fds[0], ctx.opts.str("mode", ""), deadline + 15);
+    try {
+      Rendezvous rv(shared, ctx.scenario, ctx.opts.str("run-id", "1"), ctx.rank, ctx.nodes);
+      return childGuardParent(ctx, rv, pid, fds[0], deadline + 15);
+    } catch (const std::exception& e) {
+      kill(pid, SIGKILL);
+      printf("FAIL %s rank=%d: guard: %s\n", ctx.scenario.c_str(), ctx.rank, e.what());
+      return 1;
+    }
   }
   close(fds[0]);
-  setDeadPeerReportFd(fds[1]);
+  setChildReportFd(fds[1]);
   return -1;
 }
 
@@ -246,8 +257,8 @@ int mainImpl(int argc, char** argv) {
       ctx.scenario.c_str(), ctx.rank, ctx.nodes, ctx.topology.c_str(), ctx.linksPerPair, ctx.api, deadline,
       ctx.opts.describe().c_str());
 
-  if (ctx.scenario == "dead-peer" && deadPeerNeedsGuard(ctx.opts, ctx.rank)) {
-    int status = forkDeadPeerGuard(ctx, deadline);
+  if (needsChildGuard(ctx)) {
+    int status = forkChildGuard(ctx, shared, deadline);
     if (status >= 0) return status;  // the parent is done; the child goes on
   }
   ctx.deadline = Deadline(deadline, format("--deadline %.0f s", deadline));

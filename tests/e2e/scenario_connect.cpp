@@ -3,6 +3,7 @@
 // error for an uncabled peer (ring-diagonal), and 200 open/use/close cycles with a leak
 // check (cycles).
 #include <algorithm>
+#include <functional>
 
 #include "comm_setup.h"
 #include "scenarios.h"
@@ -125,20 +126,15 @@ std::string runRingDiagonal(Context& ctx) {
   return figures + format("neighbours=[%s]", route.describe().c_str());
 }
 
-// 2 nodes: --count (200) times listen, connect/accept, one 8-byte exchange each way,
-// close everything. Open fds and kernel RDMA objects must be the same after cycle
-// --check-at (10) and after the last one.
-std::string runCycles(Context& ctx) {
-  requireNodes(ctx, 2);
-  int count = static_cast<int>(ctx.opts.integer("count", 200));
-  int checkAt = static_cast<int>(ctx.opts.integer("check-at", 10));
+std::string cyclesBetween(Context& ctx, int a, int b, int count, int checkAt, const std::function<void()>& settle) {
   if (count < 1 || checkAt < 1 || checkAt > count) {
     fail("need 1 <= --check-at (%d) <= --count (%d)", checkAt, count);
   }
-  int peer = 1 - ctx.rank;
+  bool cycling = ctx.rank == a || ctx.rank == b;
+  int peer = ctx.rank == a ? b : a;
   std::vector<double> times;
   Snapshot base, last;
-  for (int c = 1; c <= count; ++c) {
+  auto cycle = [&](int c) {
     Clock::time_point t0 = Clock::now();
     std::string tag = format("c%d", c);
     CommTable t = establish(ctx, {{peer}, {peer}, 1, tag}, ctx.deadline);
@@ -148,25 +144,44 @@ std::string runCycles(Context& ctx) {
     closeAll(ctx, t);
     times.push_back(secondsSince(t0));
     if (c % 50 == 0) say("cycle %d/%d: %.3f s (median so far %.3f s)", c, count, times.back(), median(times));
-    if (c == checkAt) {
-      ctx.barrier(format("cycle-%d", c));
-      setPhase(format("cycle %d: resource baseline", c));
-      base = stableSnapshot(5);
-      say("after cycle %d: %s", c, base.describe().c_str());
-      if (!base.res.ok) warn("rdma resource counts unavailable, checking fds only: %s", base.res.error.c_str());
-    }
-  }
+  };
+  for (int c = 1; cycling && c <= checkAt; ++c) cycle(c);
+  // Every rank (those not cycling too: they may serve the cycles, e.g. as a relay) takes
+  // its baseline after cycle checkAt.
+  ctx.barrier(format("cycle-%d", checkAt));
+  setPhase(format("cycle %d: resource baseline", checkAt));
+  if (settle) settle();
+  base = stableSnapshot(5);
+  say("after cycle %d: %s", checkAt, base.describe().c_str());
+  if (!base.res.ok) warn("rdma resource counts unavailable, checking fds only: %s", base.res.error.c_str());
+  // Nobody starts the next cycle before every rank has its baseline (a relay's would see it).
+  ctx.barrier(format("baseline-%d", checkAt));
+  for (int c = checkAt + 1; cycling && c <= count; ++c) cycle(c);
   ctx.barrier("cycles-done");
   setPhase("comparing resources to the baseline");
+  if (settle) settle();
   std::string leak = compareToBaseline(base, 10, &last);
   say("after cycle %d: %s", count, last.describe().c_str());
-  double mn = *std::min_element(times.begin(), times.end());
-  double mx = *std::max_element(times.begin(), times.end());
-  std::string figures = format("cycles=%d cycle_s min=%.3f median=%.3f max=%.3f at_%d=[%s] at_%d=[%s]",
-                               count, mn, median(times), mx, checkAt, base.describe().c_str(), count,
-                               last.describe().c_str());
+  std::string figures = format("cycles=%d", count);
+  if (cycling) {
+    double mn = *std::min_element(times.begin(), times.end());
+    double mx = *std::max_element(times.begin(), times.end());
+    figures += format(" cycle_s min=%.3f median=%.3f max=%.3f", mn, median(times), mx);
+  } else {
+    figures += format(" (rank %d <-> rank %d; this rank only served)", a, b);
+  }
+  figures += format(" at_%d=[%s] at_%d=[%s]", checkAt, base.describe().c_str(), count, last.describe().c_str());
   if (!leak.empty()) fail("resource leak between cycle %d and cycle %d: %s (%s)", checkAt, count, leak.c_str(), figures.c_str());
   return figures;
+}
+
+// 2 nodes: --count (200) times listen, connect/accept, one 8-byte exchange each way,
+// close everything. Open fds and kernel RDMA objects must be the same after cycle
+// --check-at (10) and after the last one.
+std::string runCycles(Context& ctx) {
+  requireNodes(ctx, 2);
+  return cyclesBetween(ctx, 0, 1, static_cast<int>(ctx.opts.integer("count", 200)),
+                       static_cast<int>(ctx.opts.integer("check-at", 10)));
 }
 
 }  // namespace e2e

@@ -20,20 +20,6 @@
 namespace e2e {
 namespace {
 
-int gReportFd = -1;  // dead-peer child -> guard parent
-
-// The child announces its planned death to the guard parent, then dies.
-[[noreturn]] void dieAsPlanned(bool kill9) {
-  if (gReportFd >= 0) {
-    ssize_t w = write(gReportFd, "D", 1);
-    (void)w;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  if (kill9) kill(getpid(), SIGKILL);
-  _exit(0);
-}
-
 double connectTimeoutSeconds() { return envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000); }
 
 // A fresh listen/closeListen: the plugin still works after the failure.
@@ -342,48 +328,117 @@ RoundResult closeInflightRound(Context& ctx, int round, int inflight, int size) 
 
 }  // namespace
 
-void setDeadPeerReportFd(int fd) { gReportFd = fd; }
+namespace {
+int gReportFd = -1;  // guarded child -> guard parent
 
-bool deadPeerNeedsGuard(const Options& opts, int rank) {
-  std::string mode = opts.str("mode", "");
-  return rank == 1 && (mode == "listener-dies" || mode == "peer-killed" || mode == "idle" ||
-                       mode == "mid-send");
+void report(char what) {
+  if (gReportFd >= 0) {
+    ssize_t w = write(gReportFd, &what, 1);
+    (void)w;
+  }
+  fflush(stdout);
+  fflush(stderr);
 }
 
-int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, double deadlineS) {
-  setPhase("dead-peer guard: waiting for rank 1's child");
-  startWatchdog("dead-peer", 1, deadlineS + 30);
+bool readsPlanned(int fd) {
+  char buf[64];
+  bool planned = false;
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    for (ssize_t i = 0; i < n; ++i) planned = planned || buf[i] == 'D';
+  }
+  return planned;
+}
+}  // namespace
+
+void setChildReportFd(int fd) { gReportFd = fd; }
+
+void dieAsPlanned(bool kill9) {
+  report('D');
+  if (kill9) kill(getpid(), SIGKILL);
+  _exit(0);
+}
+
+void stopAsPlanned() {
+  report('S');
+  raise(SIGSTOP);
+}
+
+bool needsChildGuard(const Context& ctx) {
+  std::string mode = ctx.opts.str("mode", "");
+  if (ctx.scenario == "dead-peer") {
+    return ctx.rank == 1 && (mode == "listener-dies" || mode == "peer-killed" || mode == "idle" ||
+                             mode == "mid-send");
+  }
+  if (ctx.scenario == "relay-faults") return relayFaultsNeedsGuard(ctx);
+  return false;
+}
+
+int childGuardParent(const Context& ctx, Rendezvous& rv, int childPid, int reportFd, double deadlineS) {
+  const char* scenario = ctx.scenario.c_str();
+  std::string mode = ctx.opts.str("mode", "");
+  int rank = ctx.rank;
+  setPhase(format("%s guard: waiting for rank %d's child", scenario, rank));
+  startWatchdog(ctx.scenario, rank, deadlineS + 30);
   Deadline deadline(deadlineS, "--deadline");
+  std::string resume = format("resume.%d", rank);
   int status = 0;
+  bool stopped = false;
   while (true) {
-    pid_t r = waitpid(childPid, &status, WNOHANG);
-    if (r == childPid) break;
+    pid_t r = waitpid(childPid, &status, WNOHANG | WUNTRACED);
+    if (r == childPid && WIFSTOPPED(status)) {
+      printf("[e2e r%d guard] the child (pid %d) is stopped; it is continued once %s/%s exists\n", rank,
+             childPid, rv.dir().c_str(), resume.c_str());
+      stopped = true;
+    } else if (r == childPid) {
+      break;
+    }
     if (r < 0 && errno != EINTR) {
-      printf("FAIL dead-peer rank=1 mode=%s: waitpid: %s\n", mode.c_str(), strerror(errno));
+      printf("FAIL %s rank=%d mode=%s: waitpid: %s\n", scenario, rank, mode.c_str(), strerror(errno));
       return 1;
+    }
+    if (stopped && rv.exists(resume)) {
+      printf("[e2e r%d guard] %s: SIGCONT to the child (pid %d)\n", rank, resume.c_str(), childPid);
+      kill(childPid, SIGCONT);
+      stopped = false;
+    }
+    if (stopped) {  // a stopped child cannot see another rank fail: stop waiting for it here
+      try {
+        rv.checkAborts();
+      } catch (const std::exception& e) {
+        kill(childPid, SIGKILL);
+        waitpid(childPid, &status, 0);
+        printf("FAIL %s rank=%d mode=%s: killed the stopped child (pid %d): %s\n", scenario, rank, mode.c_str(),
+               childPid, e.what());
+        return 1;
+      }
     }
     if (deadline.expired()) {
       kill(childPid, SIGKILL);
       waitpid(childPid, &status, 0);
-      printf("FAIL dead-peer rank=1 mode=%s: the child (pid %d) was still running at the "
-             "deadline (%.0f s); killed it\n", mode.c_str(), childPid, deadlineS);
+      printf("FAIL %s rank=%d mode=%s: the child (pid %d) was still %s at the deadline (%.0f s); "
+             "killed it\n", scenario, rank, mode.c_str(), childPid, stopped ? "stopped" : "running", deadlineS);
       return 1;
     }
     pollPause(10 * 1000);
   }
-  char c = 0;
-  bool planned = read(reportFd, &c, 1) == 1 && c == 'D';
+  bool planned = readsPlanned(reportFd);
   std::string how = WIFSIGNALED(status) ? format("signal %d", WTERMSIG(status))
                                         : format("exit %d", WEXITSTATUS(status));
-  bool expected = planned && ((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
-                              (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  bool exited0 = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!planned && exited0) {
+    // It ran to its end and printed its own PASS line (a rank that was spared).
+    printf("[e2e r%d guard] the child (pid %d) was not needed to die and passed\n", rank, childPid);
+    return 0;
+  }
+  bool expected = planned && ((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) || exited0);
   if (!expected) {
-    printf("FAIL dead-peer rank=1 mode=%s: the child (pid %d) ended with %s %s\n", mode.c_str(),
+    printf("FAIL %s rank=%d mode=%s: the child (pid %d) ended with %s %s\n", scenario, rank, mode.c_str(),
            childPid, how.c_str(), planned ? "(unexpected way to die)" : "before its planned death (see its FAIL line)");
     return 1;
   }
-  printf("PASS dead-peer rank=1 mode=%s: child pid %d died as planned (%s)\n", mode.c_str(),
-         childPid, how.c_str());
+  printf("PASS %s rank=%d mode=%s: child pid %d died as planned (%s)\n", scenario, rank, mode.c_str(), childPid,
+         how.c_str());
   return 0;
 }
 

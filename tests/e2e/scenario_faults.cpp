@@ -26,6 +26,7 @@
 
 #include "comm_setup.h"
 #include "scenarios.h"
+#include "stream.h"
 #include "transfer.h"
 
 namespace e2e {
@@ -34,124 +35,6 @@ namespace {
 bool isError(ncclResult_t rc) { return rc != ncclSuccess && rc != ncclInProgress; }
 
 // ---- link-down ------------------------------------------------------------------------------
-
-constexpr int kWindow = 2;  // messages in flight per direction and peer
-
-// Both directions of this rank's traffic with one peer: up to kWindow isends and irecvs
-// in flight, each message pattern-checked, reposted as soon as it completes.
-struct Stream {
-  int peer = -1;
-  void* send = nullptr;
-  void* recv = nullptr;
-  size_t size = 0;
-  HostBuffer out[kWindow], in[kWindow];
-  void* mhOut[kWindow] = {};
-  void* mhIn[kWindow] = {};
-  void* sreq[kWindow] = {};
-  void* rreq[kWindow] = {};
-  uint64_t sseqOf[kWindow] = {}, rseqOf[kWindow] = {};
-  uint64_t sposted = 0, rposted = 0, sdone = 0, rdone = 0;
-  // A failed direction is not touched again (its requests stay in flight until close).
-  bool sendFailed = false, recvFailed = false;
-  ncclResult_t sendRc = ncclSuccess, recvRc = ncclSuccess;
-  Clock::time_point sendFailedAt, recvFailedAt;
-  bool failed() const { return sendFailed || recvFailed; }
-  bool bothFailed() const { return sendFailed && recvFailed; }
-};
-
-void openStream(Context& ctx, Stream* s, int peer, void* send, void* recv, size_t size) {
-  s->peer = peer;
-  s->send = send;
-  s->recv = recv;
-  s->size = size;
-  for (int i = 0; i < kWindow; ++i) {
-    s->out[i] = HostBuffer(size);
-    s->in[i] = HostBuffer(size);
-    s->mhOut[i] = regHost(ctx, send, s->out[i], format("link-down send buffer %d to rank %d", i, peer));
-    s->mhIn[i] = regHost(ctx, recv, s->in[i], format("link-down recv buffer %d from rank %d", i, peer));
-  }
-}
-
-// One sweep over the stream. An error on a healthy-by-design stream (`mayFail` false) is a
-// test failure; otherwise it marks the direction failed.
-void pump(Context& ctx, Stream* s, bool mayFail) {
-  auto failDir = [&](bool sendDir, ncclResult_t rc, const char* call) {
-    if (!mayFail) {
-      // Poll the stream's other requests for a moment first: when the first error was a
-      // flushed WR, the plugin names the WR that caused it once that one completes.
-      Clock::time_point until = Clock::now() + std::chrono::milliseconds(500);
-      while (Clock::now() < until) {
-        for (int i = 0; i < kWindow; ++i) {
-          for (void** r : {&s->sreq[i], &s->rreq[i]}) {
-            int done = 0;
-            size_t got[1];
-            if (*r != nullptr && ctx.net->test(*r, &done, got, 1) == ncclSuccess && done) *r = nullptr;
-          }
-        }
-      }
-      fail("%s %s rank %d failed with %s, but that link was never touched (last WARN: %s)", call,
-           sendDir ? "to" : "from", s->peer, resultName(rc), ctx.net.lastWarn().c_str());
-    }
-    (sendDir ? s->sendFailed : s->recvFailed) = true;
-    (sendDir ? s->sendRc : s->recvRc) = rc;
-    (sendDir ? s->sendFailedAt : s->recvFailedAt) = Clock::now();
-  };
-  for (int i = 0; i < kWindow && !s->sendFailed; ++i) {
-    if (s->sreq[i] != nullptr) {
-      int done = 0;
-      size_t got[1];
-      ncclResult_t rc = ctx.net->test(s->sreq[i], &done, got, 1);
-      if (isError(rc)) return failDir(true, rc, "test() on an isend");
-      if (!done) continue;
-      s->sreq[i] = nullptr;
-      ++s->sdone;
-    }
-    if (s->sposted % kWindow != static_cast<uint64_t>(i)) continue;  // post in order
-    fillPattern(s->out[i].data(), s->size, patternSeed(ctx.rank, s->peer, s->sposted, s->size, 77));
-    void* req = nullptr;
-    ncclResult_t rc = ctx.net->isend(s->send, s->out[i].data(), s->size, 1, s->mhOut[i], &req);
-    if (isError(rc)) return failDir(true, rc, "isend");
-    if (req == nullptr) continue;
-    s->sreq[i] = req;
-    s->sseqOf[i] = s->sposted++;
-  }
-  for (int i = 0; i < kWindow && !s->recvFailed; ++i) {
-    if (s->rreq[i] != nullptr) {
-      int done = 0;
-      size_t got[1] = {0};
-      ncclResult_t rc = ctx.net->test(s->rreq[i], &done, got, 1);
-      if (isError(rc)) return failDir(false, rc, "test() on an irecv");
-      if (!done) continue;
-      s->rreq[i] = nullptr;
-      if (got[0] != s->size) fail("message %llu from rank %d: %zu bytes, expected %zu",
-                                  static_cast<unsigned long long>(s->rseqOf[i]), s->peer, got[0], s->size);
-      std::string bad = checkPattern(s->in[i].data(), s->size,
-                                     patternSeed(s->peer, ctx.rank, s->rseqOf[i], s->size, 77));
-      if (!bad.empty()) fail("message %llu from rank %d corrupt: %s",
-                             static_cast<unsigned long long>(s->rseqOf[i]), s->peer, bad.c_str());
-      ++s->rdone;
-    }
-    if (s->rposted % kWindow != static_cast<uint64_t>(i)) continue;
-    void* data[1] = {s->in[i].data()};
-    size_t sizes[1] = {s->size};
-    int tags[1] = {1};
-    void* mhs[1] = {s->mhIn[i]};
-    void* req = nullptr;
-    ncclResult_t rc = ctx.net->irecv(s->recv, 1, data, sizes, tags, mhs, &req);
-    if (isError(rc)) return failDir(false, rc, "irecv");
-    if (req == nullptr) continue;
-    s->rreq[i] = req;
-    s->rseqOf[i] = s->rposted++;
-  }
-}
-
-// The buffers stay registered until the comms are closed (requests may be in flight).
-void closeStream(Context& ctx, Stream* s) {
-  for (int i = 0; i < kWindow; ++i) {
-    deregHost(ctx, s->send, s->mhOut[i], format("send buffer %d to rank %d", i, s->peer));
-    deregHost(ctx, s->recv, s->mhIn[i], format("recv buffer %d from rank %d", i, s->peer));
-  }
-}
 
 // 3 nodes, full mesh. Every rank streams both ways with both peers. Rank 0 takes its
 // netdev towards rank 1 down (`ip link set p1 down`) mid-stream. Ranks 0 and 1 must see
@@ -192,7 +75,7 @@ std::string linkDown(Context& ctx) {
     ctx.rv->checkAborts();
   };
   auto everyStreamAt = [&](uint64_t n) {
-    for (const Stream& s : streams) if (s.sdone < n || s.rdone < n) return false;
+    for (const Stream& s : streams) if (s.done() < n) return false;
     return true;
   };
 

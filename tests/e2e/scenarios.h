@@ -4,6 +4,7 @@
 // resource snapshots for leak checks.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -18,6 +19,12 @@ namespace e2e {
 std::string runConnectMesh(Context& ctx);
 std::string runRingDiagonal(Context& ctx);
 std::string runCycles(Context& ctx);
+// --count cycles of connect/accept both ways, one 8-byte exchange, close, between ranks a
+// and b; every rank (the others too: they may relay) compares fds and rdma resources after
+// --check-at and the last cycle, after `settle` returned (e.g. a relay's links all ended).
+// PASS figures: cycle times, the snapshots.
+std::string cyclesBetween(Context& ctx, int a, int b, int count, int checkAt,
+                          const std::function<void()>& settle = {});
 // scenario_failure.cpp
 std::string runDeadPeer(Context& ctx);
 std::string runCloseInflight(Context& ctx);
@@ -41,12 +48,23 @@ std::string runRelay(Context& ctx);
 // scenario_relay_bench.cpp
 std::string runRelayBench(Context& ctx);
 
-// dead-peer's rank 1 dies on purpose; main forks before loading the plugin and this
-// runs in the parent: waits for the child and turns its planned death into exit 0.
-int deadPeerGuardParent(int childPid, int reportFd, const std::string& mode, double deadlineS);
-bool deadPeerNeedsGuard(const Options& opts, int rank);
-// Set in the child: the pipe to the parent (the child writes 'D' just before dying).
-void setDeadPeerReportFd(int fd);
+// scenario_relay_faults.cpp
+std::string runRelayFaults(Context& ctx);
+bool relayFaultsNeedsGuard(const Context& ctx);
+
+// A rank that dies or stops on purpose (dead-peer's rank 1, relay-faults' relay or
+// receiver) runs the scenario in a child that main forks before loading the plugin; the
+// parent waits for it and turns its planned death into exit 0. A child that stops itself
+// (stopAsPlanned) is continued (SIGCONT) once another rank publishes resume.<rank>; a child
+// that runs to its end passes with its own PASS line. scenario_failure.cpp.
+bool needsChildGuard(const Context& ctx);
+int childGuardParent(const Context& ctx, Rendezvous& rv, int childPid, int reportFd, double deadlineS);
+// In the child: the pipe to the parent.
+void setChildReportFd(int fd);
+// Tells the parent the death is planned, then SIGKILLs itself (kill9) or _exit(0)s.
+[[noreturn]] void dieAsPlanned(bool kill9);
+// Tells the parent, then SIGSTOPs itself; returns once the parent continued it.
+void stopAsPlanned();
 
 // Options every scenario accepts.
 std::set<std::string> commonOptions();

@@ -38,7 +38,7 @@ plugin_dir=$(dirname "$(find "$tree" -maxdepth 1 -name 'libnccl-net-mesh.so' | h
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:malloc_context_size=20
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$repo/tests/fabric/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=7:suppressions=$repo/tests/fabric/tsan.supp"
 status=0
 for spec in "$@"; do
   IFS=: read -r name nodes net_opts scenario_opts <<<"$spec"

@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: Apache-2.0
+// relay-faults (issue 15's fault acceptance) on the 4-ring (ranks 0..3 cabled 0-1, 1-2, 2-3,
+// 3-0; NCCL_MESH_RELAY=auto). A = rank 0 connects to C = rank 2, which has no cable to it, so
+// the connection goes through B, rank 1 or 3: whichever A's INFO line "relay: connected to
+// ... via <addr>" names (B confirms with "relay: relaying"). The other neighbour is the
+// spare. --mode:
+//   kill-relay      A streams to C; B's process is SIGKILLed mid-transfer. A's and C's
+//                   requests fail with ncclRemoteError/ncclSystemError within --bound
+//                   (NCCL_MESH_PEER_TIMEOUT_MS + 15 s) of B's death; closing the failed comms
+//                   releases every fd and RDMA object; a fresh 0<->2 pair then connects
+//                   through the spare and moves data.
+//   stop-relay      the same with SIGSTOP (run with a short NCCL_MESH_PEER_TIMEOUT_MS); once
+//                   A and C have their errors B is continued, its relay must end the link,
+//                   and the fresh pair connects (through B or the spare).
+//   kill-receiver   C is SIGKILLed mid-transfer; A fails within --bound; B's relay ends that
+//                   link (its WARN) and keeps serving: ranks 1 and 3 then connect both ways
+//                   (relayed) and move data.
+//   relay-cycles    --count (200) relayed connect / 8-byte exchange / close cycles between 0
+//                   and 2; fds and RDMA objects on all four ranks (the relays included) equal
+//                   after --check-at (10) and the last; cycle times.
+//   relay-finalize  while A streams to C, B closes its own comms with A and C and unloads
+//                   the plugin as NCCL does at its last communicator (finalize with v11+,
+//                   then dlclose); the relay pins the library, so the stream completes
+//                   byte-exact.
+//   cut             A's cable to B goes down (`ip link set dev p<B> down` on A) with no comm
+//                   open; the next 0->2 connect must go round through the spare.
+// The rank that dies (kill-relay, stop-relay: both neighbours, since B is known only once A
+// connected; kill-receiver: rank 2) runs in a forked child (needsChildGuard), so its test
+// process exits 0.
+#include <algorithm>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+
+#include "comm_setup.h"
+#include "scenarios.h"
+#include "stream.h"
+#include "transfer.h"
+
+namespace e2e {
+namespace {
+
+constexpr int kA = 0, kC = 2;
+constexpr uint64_t kWarmup = 4;      // messages each way before the fault
+constexpr uint64_t kAfterFinalize = 16;  // messages after B unloaded the plugin
+
+// A rendezvous file looked for at most every 50 ms (each look is a stat over 9p in the lab).
+class FileWatch {
+ public:
+  explicit FileWatch(Context& ctx) : ctx_(ctx) {}
+  bool seen(const std::string& name) {
+    if (secondsSince(last_) < 0.05) return false;
+    last_ = Clock::now();
+    return ctx_.rv->exists(name);
+  }
+
+ private:
+  Context& ctx_;
+  Clock::time_point last_;
+};
+
+// The first captured line since `mark` containing `needle`, polled until `seconds` pass.
+std::string waitForLog(Context& ctx, size_t mark, const std::string& needle, double seconds, const std::string& why) {
+  Deadline d(seconds, why);
+  while (true) {
+    for (const LogLine& l : ctx.net.logSince(mark)) {
+      if (l.text.find(needle) != std::string::npos) return l.text;
+    }
+    if (d.expired()) fail("no plugin log line containing '%s' within %.0f s: %s", needle.c_str(), seconds, why.c_str());
+    ctx.rv->checkAborts();
+    pollPause(10 * 1000);
+  }
+}
+
+int countLog(Context& ctx, size_t mark, const std::string& needle) {
+  int n = 0;
+  for (const LogLine& l : ctx.net.logSince(mark)) n += l.text.find(needle) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// The neighbour carrying this rank's last relayed connect, from its INFO line
+// "relay: connected to <target> via <addr> (relayed)" logged since `mark`.
+int relayFromLog(Context& ctx, size_t mark, int target) {
+  std::string line;
+  for (const LogLine& l : ctx.net.logSince(mark)) {
+    if (l.text.find("relay: connected to ") != std::string::npos) line = l.text;
+  }
+  size_t via = line.find(" via ");
+  if (via == std::string::npos) {
+    fail("rank %d's connect to rank %d logged no 'relay: connected to ... via ...' line: it did not go through a "
+         "relay (NCCL_MESH_RELAY=%s, topology '%s')", ctx.rank, target,
+         getenv("NCCL_MESH_RELAY") ? getenv("NCCL_MESH_RELAY") : "(unset)", ctx.topology.c_str());
+  }
+  std::string addr = line.substr(via + 5);
+  addr = addr.substr(0, addr.find_first_of(" ,("));
+  int node = labNodeOf(addr);
+  if (node < 0 || node == ctx.rank || node == target) {
+    fail("rank %d's relayed connect to rank %d names relay %s (node %d), not a neighbour: %s", ctx.rank, target,
+         addr.c_str(), node, line.c_str());
+  }
+  return node;
+}
+
+// A connects to C (A's send comm, C's recv comm); every rank learns B; B confirms that its
+// relay serves the connection. `mark` is taken by the caller before anything of this round.
+int connectRelayed(Context& ctx, CommTable* t, const std::string& tag, size_t mark) {
+  EstablishSpec spec{{}, {}, 1, tag};
+  if (ctx.rank == kA) spec.connectTo = {kC};
+  if (ctx.rank == kC) spec.acceptFrom = {kA};
+  *t = establish(ctx, spec, ctx.deadline);
+  if (ctx.rank == kA) ctx.rv->publish("relay." + tag, std::to_string(relayFromLog(ctx, mark, kC)));
+  int b = atoi(ctx.rv->fetch("relay." + tag, ctx.deadline, "rank 0 naming the relay").c_str());
+  if (ctx.rank == b) {
+    std::string line = waitForLog(ctx, mark, "relay: relaying", 10, "rank 0 says this rank relays its connection");
+    say("relay-faults: this rank relays 0->2: %s", line.c_str());
+  }
+  return b;
+}
+
+double peerTimeoutSeconds() { return envSeconds("NCCL_MESH_PEER_TIMEOUT_MS", 30000); }
+
+void requirePeerError(Context& ctx, ncclResult_t rc, const std::string& what, double after) {
+  if (!isPeerFailure(rc)) {
+    fail("%s failed with %s after %.2f s; expected ncclRemoteError or ncclSystemError (last WARN: %s)", what.c_str(),
+         resultName(rc), after, ctx.net.lastWarn().c_str());
+  }
+}
+
+void requireReleased(const Snapshot& base, const std::string& what) {
+  Snapshot now;
+  std::string leak = compareToBaseline(base, 10, &now);
+  if (!leak.empty()) {
+    fail("%s: closing the failed comms did not release everything: %s (before: %s; after: %s)", what.c_str(),
+         leak.c_str(), base.describe().c_str(), now.describe().c_str());
+  }
+}
+
+// Waits (a rank that stays up to serve) until the ranks in `ranks` published done.<r>.
+void awaitDone(Context& ctx, std::initializer_list<int> ranks) {
+  setPhase("relay-faults: serving until the others are done");
+  for (int r : ranks) ctx.rv->fetch(format("done.%d", r), ctx.deadline, format("rank %d finishing", r));
+}
+
+// A fresh pair of comms each way between this rank and `peer`, one exchange; returns the
+// relay of this rank's connect (-1 when the pair is cabled).
+int freshExchange(Context& ctx, int peer, const std::string& tag) {
+  size_t mark = ctx.net.logSize();
+  CommTable t = establish(ctx, {{peer}, {peer}, 1, tag}, ctx.deadline);
+  exchangeSmall(ctx, peer, t[peer].send[0], t[peer].recv[0], 7, format("%s rank%d<->rank%d", tag.c_str(), ctx.rank, peer));
+  closeAll(ctx, t);
+  return countLog(ctx, mark, "relay: connected to ") > 0 ? relayFromLog(ctx, mark, peer) : -1;
+}
+
+// ---- kill-relay, stop-relay, kill-receiver --------------------------------------------------
+
+struct Fault {
+  std::string mode;
+  double bound = 0;
+  size_t size = 0;
+  int relay = -1, spare = -1, victim = -1;
+  bool relayDies() const { return mode != "kill-receiver"; }
+};
+
+// Streams until kWarmup messages are done, then publishes streaming.<rank>.
+void warmUp(Context& ctx, const std::string& mode, Stream* s) {
+  setPhase(format("%s: streaming %llu messages before the fault", mode.c_str(), static_cast<unsigned long long>(kWarmup)));
+  while (s->done() < kWarmup) {
+    pump(ctx, s, false);
+    if (ctx.deadline.expired()) {
+      fail("%s: %llu of %llu messages before the deadline", mode.c_str(), static_cast<unsigned long long>(s->done()),
+           static_cast<unsigned long long>(kWarmup));
+    }
+  }
+  ctx.rv->publish(format("streaming.%d", ctx.rank), "");
+}
+
+// The victim's half: waits until A and C have streamed (C, the victim of kill-receiver,
+// streams itself), announces its fault, then dies or stops. A stopped relay continues here
+// once A and C have their errors, and its relay must end the link.
+std::string victim(Context& ctx, const Fault& f, CommTable& t, size_t mark) {
+  setPhase(format("%s: waiting for rank 0 and rank 2 to stream", f.mode.c_str()));
+  if (ctx.rank == kC) {
+    Stream s;
+    openStream(ctx, &s, kA, nullptr, t[kA].recv[0], f.size);
+    warmUp(ctx, f.mode, &s);
+    FileWatch watch(ctx);
+    while (!watch.seen("streaming.0")) {
+      pump(ctx, &s, false);
+      if (ctx.deadline.expired()) fail("%s: rank 0 never reported streaming", f.mode.c_str());
+    }
+  } else {
+    ctx.rv->fetch("streaming.0", ctx.deadline, "rank 0 streaming to rank 2");
+    ctx.rv->fetch("streaming.2", ctx.deadline, "rank 2 receiving from rank 0");
+  }
+  ctx.rv->publish(format("dying.%d", ctx.rank), "");
+  if (f.mode != "stop-relay") {
+    say("%s: rank 0 -> rank 2 is streaming; SIGKILLing myself now", f.mode.c_str());
+    dieAsPlanned(true);
+  }
+  say("stop-relay: rank 0 -> rank 2 is streaming through this rank; SIGSTOPping myself now");
+  Clock::time_point stoppedAt = Clock::now();
+  stopAsPlanned();
+  double stoppedFor = secondsSince(stoppedAt);
+  say("stop-relay: continued after %.2f s", stoppedFor);
+  std::string why = waitForLog(ctx, mark, "relay: connection ", f.bound,
+                               "the relay must end the link whose ends failed while it was stopped");
+  say("stop-relay: the relay ended the link: %s", why.c_str());
+  awaitDone(ctx, {kA, kC});
+  return format("mode=stop-relay role=relay stopped_s=%.2f link_ended=yes", stoppedFor);
+}
+
+// A's or C's half while the victim is alive: streams, then waits for its direction to fail.
+// Returns the seconds from seeing the victim's announcement to the error ("<0.05" when the
+// error came first: the announcement is looked for every 50 ms).
+std::string streamUntilError(Context& ctx, const Fault& f, void* send, void* recv, ncclResult_t* rc) {
+  int peer = ctx.rank == kA ? kC : kA;
+  const char* dir = send ? "the stream to" : "the stream from";
+  Stream s;
+  openStream(ctx, &s, peer, send, recv, f.size);
+  warmUp(ctx, f.mode, &s);
+  FileWatch watch(ctx);
+  std::string dying = format("dying.%d", f.victim);
+  setPhase(format("%s: streaming until rank %d's fault, then until the error (bound %.0f s)", f.mode.c_str(),
+                  f.victim, f.bound));
+  bool announced = false;
+  Clock::time_point seenAt;
+  while (!s.bothFailed()) {
+    pump(ctx, &s, true);
+    if (!announced && watch.seen(dying)) {
+      announced = true;
+      seenAt = Clock::now();
+      say("%s: rank %d announced its fault after %llu messages", f.mode.c_str(), f.victim,
+          static_cast<unsigned long long>(s.done()));
+    }
+    if (announced && secondsSince(seenAt) > f.bound) {
+      fail("%s: %.0f s after rank %d's fault, %s rank %d has not failed (%llu messages done); a %s relay path "
+           "must fail within NCCL_MESH_PEER_TIMEOUT_MS (%.1f s) + margin", f.mode.c_str(), f.bound, f.victim, dir,
+           peer, static_cast<unsigned long long>(s.done()), f.mode == "stop-relay" ? "stopped" : "broken",
+           peerTimeoutSeconds());
+    }
+    if (!announced && ctx.deadline.expired()) fail("%s: rank %d never announced its fault", f.mode.c_str(), f.victim);
+  }
+  *rc = send ? s.sendRc : s.recvRc;
+  Clock::time_point failedAt = send ? s.sendFailedAt : s.recvFailedAt;
+  if (!announced) {
+    // The error may beat the rate-limited look at the announcement; not the announcement.
+    if (!ctx.rv->exists(dying)) {
+      fail("%s: %s rank %d failed with %s before rank %d's fault (last WARN: %s)", f.mode.c_str(), dir, peer,
+           resultName(*rc), f.victim, ctx.net.lastWarn().c_str());
+    }
+    seenAt = failedAt;
+  }
+  double after = std::max(0.0, secondsBetween(seenAt, failedAt));
+  std::string afterText = announced ? format("%.3f", after) : "<0.05";
+  requirePeerError(ctx, *rc, format("%s: %s rank %d", f.mode.c_str(), dir, peer), after);
+  say("%s: %s rank %d failed with %s %s s after rank %d's fault (bound %.0f s); WARN: %s", f.mode.c_str(), dir, peer,
+      resultName(*rc), afterText.c_str(), f.victim, f.bound, ctx.net.lastWarn().c_str());
+  setPhase(f.mode + ": closing the failed comm");
+  closeStream(ctx, &s);
+  return afterText;
+}
+
+std::string endpoint(Context& ctx, Fault& f, const Snapshot& base, CommTable& t) {
+  void* send = ctx.rank == kA ? t[kC].send[0] : nullptr;
+  void* recv = ctx.rank == kC ? t[kA].recv[0] : nullptr;
+  ncclResult_t rc = ncclSuccess;
+  std::string after = streamUntilError(ctx, f, send, recv, &rc);
+  closeAll(ctx, t);
+  requireReleased(base, f.mode);
+  ctx.rv->publish(format("detected.%d", ctx.rank), "");
+  std::string figures = format("mode=%s role=%s relay=%d error=%s error_after_s=%s bound_s=%.0f released",
+                               f.mode.c_str(), ctx.rank == kA ? "A" : "C", f.relay, resultName(rc), after.c_str(),
+                               f.bound);
+  if (!f.relayDies()) {  // A: stay up (it may relay 1<->3) until they are done
+    awaitDone(ctx, {1, 3});
+    return figures;
+  }
+  if (ctx.rank == kA) {
+    ctx.rv->fetch("detected.2", ctx.deadline, "rank 2's error");
+    if (f.mode == "stop-relay") ctx.rv->publish(format("resume.%d", f.relay), "");
+  }
+  int via = freshExchange(ctx, ctx.rank == kA ? kC : kA, "after");
+  if (f.mode == "kill-relay" && via != f.spare) {
+    fail("kill-relay: the fresh connect to rank %d went through rank %d, but rank %d (the relay) is dead; "
+         "expected the spare rank %d", ctx.rank == kA ? kC : kA, via, f.relay, f.spare);
+  }
+  ctx.rv->publish(format("done.%d", ctx.rank), "");
+  return figures + format(" fresh_pair_via=%d", via);
+}
+
+std::string runFault(Context& ctx, Fault& f) {
+  Snapshot base;
+  bool isEnd = ctx.rank == kA || (ctx.rank == kC && f.relayDies());
+  if (isEnd) base = stableSnapshot(5);
+  size_t mark = ctx.net.logSize();
+  CommTable t;
+  f.relay = connectRelayed(ctx, &t, "fault", mark);
+  f.spare = 4 - f.relay;
+  f.victim = f.relayDies() ? f.relay : kC;
+  ctx.barrier("relayed-up");
+  if (ctx.rank == f.victim) return victim(ctx, f, t, mark);
+  if (isEnd) return endpoint(ctx, f, base, t);
+  if (f.relayDies()) {  // the spare: serves the fresh pair
+    awaitDone(ctx, {kA, kC});
+    return format("mode=%s role=spare relay=%d", f.mode.c_str(), f.relay);
+  }
+  // kill-receiver, ranks 1 and 3: B's relay ends the dead link, then 1 <-> 3 still connect.
+  std::string ended;
+  if (ctx.rank == f.relay) {
+    ended = waitForLog(ctx, mark, "relay: connection ", f.bound + 30, "the relay must end the link to the dead rank 2");
+    say("kill-receiver: %s", ended.c_str());
+  }
+  ctx.rv->fetch("detected.0", ctx.deadline, "rank 0's error");
+  int via = freshExchange(ctx, 4 - ctx.rank, "after");
+  ctx.rv->publish(format("done.%d", ctx.rank), "");
+  return format("mode=kill-receiver role=%s relay=%d fresh_1_3_via=%d%s", ctx.rank == f.relay ? "B" : "spare",
+                f.relay, via, ended.empty() ? "" : " link_ended=yes");
+}
+
+// ---- relay-finalize ---------------------------------------------------------------------
+
+std::string runFinalize(Context& ctx, size_t size) {
+  size_t mark = ctx.net.logSize();
+  CommTable t;
+  int b = connectRelayed(ctx, &t, "fin", mark);
+  // B's own comms, both ways with both of its neighbours (A and C), proven with an exchange.
+  EstablishSpec own{{}, {}, 1, "own"};
+  if (ctx.rank == b) own.connectTo = own.acceptFrom = {kA, kC};
+  if (ctx.rank == kA || ctx.rank == kC) own.connectTo = own.acceptFrom = {b};
+  CommTable ownT = establish(ctx, own, ctx.deadline);
+  for (auto& kv : ownT) {
+    exchangeSmall(ctx, kv.first, kv.second.send[0], kv.second.recv[0], 3, format("own rank%d<->rank%d", ctx.rank, kv.first));
+  }
+  ctx.barrier("own-up");
+  if (ctx.rank == b) {
+    ctx.rv->fetch("streaming.0", ctx.deadline, "rank 0 streaming to rank 2");
+    ctx.rv->fetch("streaming.2", ctx.deadline, "rank 2 receiving from rank 0");
+    setPhase("relay-finalize: closing this rank's own comms and unloading the plugin while relaying");
+    closeAll(ctx, ownT);
+    ctx.net.unload();
+    bool mapped = libraryMapped("libnccl-net-mesh");
+    ctx.rv->publish(format("finalized.%d", b), "");
+    say("relay-finalize: own comms closed, %s and dlclose done; the library is %s", ctx.api >= 11 ? "finalize" : "no finalize (v8)",
+        mapped ? "still mapped (pinned by the relay)" : "UNMAPPED");
+    if (!mapped) fail("relay-finalize: the plugin was unmapped by dlclose while it relayed rank 0 -> rank 2");
+    awaitDone(ctx, {kA, kC});
+    return format("mode=relay-finalize role=relay api=v%d own_comms_closed=4 unloaded pinned=yes", ctx.api);
+  }
+  if (ctx.rank != kA && ctx.rank != kC) {
+    awaitDone(ctx, {kA, kC});
+    return format("mode=relay-finalize role=spare relay=%d", b);
+  }
+  Stream s;
+  openStream(ctx, &s, ctx.rank == kA ? kC : kA, ctx.rank == kA ? t[kC].send[0] : nullptr,
+             ctx.rank == kC ? t[kA].recv[0] : nullptr, size);
+  FileWatch watch(ctx);
+  std::string finalized = format("finalized.%d", b);
+  setPhase(format("relay-finalize: streaming until rank %d unloaded, then %llu more", b,
+                  static_cast<unsigned long long>(kAfterFinalize)));
+  warmUp(ctx, "relay-finalize", &s);
+  uint64_t atFinalize = 0;
+  while (s.limit == 0 || s.done() < s.limit) {
+    pump(ctx, &s, false);
+    if (s.limit == 0 && ctx.rank == kA && watch.seen(finalized)) {
+      atFinalize = s.done();
+      s.limit = s.sposted + kAfterFinalize;
+      ctx.rv->publish("count.0", std::to_string(s.limit));
+    }
+    std::string count;
+    if (s.limit == 0 && ctx.rank == kC && watch.seen("count.0") && ctx.rv->tryFetch("count.0", &count)) {
+      atFinalize = s.done();
+      s.limit = std::stoull(count);
+    }
+    if (ctx.deadline.expired()) {
+      fail("relay-finalize: %llu of %llu messages done at the deadline (rank %d %s)",
+           static_cast<unsigned long long>(s.done()), static_cast<unsigned long long>(s.limit), b,
+           ctx.rv->exists(finalized) ? "had unloaded" : "never unloaded");
+    }
+  }
+  setPhase("relay-finalize: closing");
+  closeStream(ctx, &s);
+  closeAll(ctx, t);
+  closeAll(ctx, ownT);
+  ctx.rv->publish(format("done.%d", ctx.rank), "");
+  return format("mode=relay-finalize role=%s relay=%d messages=%llu of %zu bytes, %llu after the relay unloaded, "
+                "byte-exact", ctx.rank == kA ? "A" : "C", b, static_cast<unsigned long long>(s.done()), size,
+                static_cast<unsigned long long>(s.done() - atFinalize));
+}
+
+// ---- relay-cycles -----------------------------------------------------------------------------
+
+// Between cycles no comm is open anywhere: waits until this rank's relay has ended every
+// link it relayed since `mark` (as many "relay: connection ..." lines as "relay: relaying"
+// lines) and no QP is left (the relay tears a link down in its own thread, after the ends
+// closed); returns the seconds it took. A relay that keeps a link past `seconds` fails.
+double relaySettled(Context& ctx, size_t mark, double seconds) {
+  Clock::time_point t0 = Clock::now();
+  Deadline d(seconds, "the relay's links to end");
+  while (true) {
+    int opened = countLog(ctx, mark, "relay: relaying ");
+    int ended = countLog(ctx, mark, "relay: connection ");
+    RdmaResources r = rdmaResources();
+    long qps = r.ok ? r.total["qp"] : 0;
+    if (ended >= opened && qps == 0) return secondsSince(t0);
+    if (d.expired()) {
+      fail("%.0f s after both ends closed every comm, this rank's relay has ended %d of the %d links it relayed and "
+           "%ld QP(s) are left (%s)", seconds, ended, opened, qps, describeResources(r).c_str());
+    }
+    pollPause(1000);
+  }
+}
+
+std::string runRelayCycles(Context& ctx) {
+  size_t mark = ctx.net.logSize();
+  int count = static_cast<int>(ctx.opts.integer("count", 200));
+  double settleMax = 0;
+  std::string figures = cyclesBetween(ctx, kA, kC, count, static_cast<int>(ctx.opts.integer("check-at", 10)), [&] {
+    settleMax = std::max(settleMax, relaySettled(ctx, mark, 10));
+  });
+  int relayed = countLog(ctx, mark, "relay: connected to ");
+  int served = countLog(ctx, mark, "relay: relaying ");
+  if ((ctx.rank == kA || ctx.rank == kC) && relayed < count) {
+    fail("relay-cycles: %d of %d connects logged 'relay: connected to ... via': the pair must be relayed", relayed, count);
+  }
+  return figures + format(" relayed_connects=%d relayed_by_this_rank=%d settle_s_max=%.3f", relayed, served, settleMax);
+}
+
+// ---- cut ------------------------------------------------------------------------------------------
+
+// A's cable to the relay it uses goes down; the next 0 <-> 2 connects go round the spare.
+std::string runCut(Context& ctx) {
+  int first = -1;
+  if (ctx.rank == kA || ctx.rank == kC) first = freshExchange(ctx, kA + kC - ctx.rank, "before");
+  if (ctx.rank == kA) ctx.rv->publish("relay.before", std::to_string(first));
+  int b = atoi(ctx.rv->fetch("relay.before", ctx.deadline, "rank 0 naming the relay").c_str());
+  std::string netdev = format("p%d", b);
+  if (ctx.rank == kA) {
+    std::string cmd = format("ip link set dev %s down", netdev.c_str());
+    say("cut: %s (rank 0 -> rank 2 went through rank %d)", cmd.c_str(), b);
+    int rc = system(cmd.c_str());
+    if (rc != 0) fail("cut: '%s' exited %d", cmd.c_str(), rc);
+  }
+  ctx.barrier("cut");
+  int second = -1;
+  double seconds = 0;
+  if (ctx.rank == kA || ctx.rank == kC) {
+    Clock::time_point t0 = Clock::now();
+    second = freshExchange(ctx, kA + kC - ctx.rank, "after");
+    seconds = secondsSince(t0);
+    if (ctx.rank == kA && second != 4 - b) {
+      fail("cut: with p%d down, rank 0's connect to rank 2 went through rank %d, expected the other neighbour %d",
+           b, second, 4 - b);
+    }
+  }
+  ctx.barrier("after-cut");
+  if (ctx.rank == kA) {
+    int rc = system(format("ip link set dev %s up", netdev.c_str()).c_str());
+    (void)rc;
+  }
+  return format("mode=cut cut=p%d_on_rank0 relay_before=%d relay_after=%d connect_after_s=%.2f", b, first, second,
+                seconds);
+}
+
+}  // namespace
+
+bool relayFaultsNeedsGuard(const Context& ctx) {
+  std::string mode = ctx.opts.str("mode", "");
+  if (mode == "kill-relay" || mode == "stop-relay") return ctx.rank == 1 || ctx.rank == 3;
+  return mode == "kill-receiver" && ctx.rank == kC;
+}
+
+std::string runRelayFaults(Context& ctx) {
+  requireNodes(ctx, 4);
+  if (ctx.topology != "ring") fail("relay-faults needs the 4-ring (--topology ring), got '%s'", ctx.topology.c_str());
+  std::string mode = ctx.opts.str("mode", "");
+  if (mode == "relay-cycles") return runRelayCycles(ctx);
+  if (mode == "cut") return runCut(ctx);
+  size_t size = 0;
+  if (!parseSize(ctx.opts.str("size", "256K"), &size) || size < 1 || size > (64u << 20)) {
+    fail("--size %s: expected 1..64M bytes", ctx.opts.str("size", "").c_str());
+  }
+  if (mode == "relay-finalize") return runFinalize(ctx, size);
+  if (mode != "kill-relay" && mode != "stop-relay" && mode != "kill-receiver") {
+    fail("relay-faults needs --mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut (got '%s')",
+         mode.c_str());
+  }
+  Fault f;
+  f.mode = mode;
+  f.size = size;
+  f.bound = ctx.opts.real("bound", peerTimeoutSeconds() + 15);
+  return runFault(ctx, f);
+}
+
+}  // namespace e2e
