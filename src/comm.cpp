@@ -362,8 +362,8 @@ ncclResult_t Comm::checkPeer(const char* doing) {
   if (err == 0) {
     why = "the peer closed its connection (process exited or was killed) ";
   } else if (err == ETIMEDOUT) {
-    why = "the peer stopped answering on its connection (no TCP keepalive reply within "
-          "NCCL_MESH_PEER_TIMEOUT_MS: host down, link down or cable pulled) ";
+    why = "the peer stopped answering on its connection (no heartbeat or keepalive reply within "
+          "NCCL_MESH_PEER_TIMEOUT_MS: process stopped or hung, host down, link down or cable pulled) ";
   } else {
     why = std::string("the connection to the peer failed (") + strerror(err) + ") ";
   }

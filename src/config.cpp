@@ -269,8 +269,9 @@ std::vector<Setting> buildTable() {
                  "fails, in milliseconds (100..3600000)",
                  &Config::connectTimeoutMs, 100, 3600000),
       intSetting("NCCL_MESH_PEER_TIMEOUT_MS", "30000",
-                 "How long an established connection's peer may stay silent (TCP "
-                 "keepalive unanswered: host down, link down) before its comms fail, in "
+                 "How long an established connection's peer may stay silent (no heartbeat "
+                 "from its plugin, sent every quarter of this, nor TCP keepalive answer: "
+                 "process stopped or hung, host down, link down) before its comms fail, in "
                  "milliseconds (0..3600000; 0 = never; below 1000 counts as 1000)",
                  &Config::peerTimeoutMs, 0, 3600000),
       intSetting("NCCL_MESH_IB_TIMEOUT", "20",

@@ -620,12 +620,38 @@ void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& pe
   conn->peer = peer;
   armKeepalive(control->fd, settings_.peerTimeoutMs, peer);
   std::weak_ptr<ControlLink> weak = control;
+  control->lastHeard = Clock::now();
+  if (settings_.peerTimeoutMs > 0) {
+    // The heartbeat: one byte every timeout / 4 from this end; silence from the other end for
+    // the timeout fails the link as keepalive would (ETIMEDOUT). A stopped or hung process
+    // still has its kernel answering keepalive, so keepalive alone never notices it; a
+    // relay stopped that way would leave both ends of a relayed connection waiting forever.
+    auto timeout = std::chrono::milliseconds(std::max(settings_.peerTimeoutMs, 1000));
+    reactor_->addTimer(timeout / 4, [this, weak, peer, timeout](Clock::time_point now) {
+      auto link = weak.lock();
+      if (link == nullptr || link->fd < 0) return false;
+      char beat = 0;
+      (void)!send(link->fd, &beat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // a full buffer: the peer is silent anyway
+      if (now - link->lastHeard < timeout) return true;
+      MESH_WARN("control connection to %s: nothing heard for %lld ms (NCCL_MESH_PEER_TIMEOUT_MS): the peer "
+                "process is stopped or hung, or its host unreachable",
+                peer.c_str(), static_cast<long long>(timeout.count()));
+      closeFd(reactor_, &link->fd);
+      link->error.store(ETIMEDOUT, std::memory_order_relaxed);
+      link->closed.store(true, std::memory_order_release);
+      return false;
+    });
+  }
   reactor_->watch(control->fd, EPOLLIN | EPOLLRDHUP, [this, weak, peer](uint32_t) {
     auto link = weak.lock();
     if (link == nullptr || link->fd < 0) return;
     char buf[64];
     ssize_t n = recv(link->fd, buf, sizeof(buf), 0);
-    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;  // nothing is expected; ignore
+    if (n > 0) {
+      link->lastHeard = Clock::now();  // heartbeats; their content means nothing
+      return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     int err = n < 0 ? errno : 0;
     if (err == 0) {
       MESH_INFO(NCCL_NET, "peer %s closed its control connection", peer.c_str());

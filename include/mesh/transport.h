@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,10 @@ struct ControlLink {
   // killed), else the socket error, e.g. ETIMEDOUT when keepalive got no answer.
   std::atomic<int> error{0};
   int fd = -1;  // reactor thread only
+  // Reactor thread only: when the peer's last heartbeat (or any byte) arrived. Both ends'
+  // reactors send one byte every NCCL_MESH_PEER_TIMEOUT_MS / 4: the kernel answers TCP
+  // keepalive even for a stopped (SIGSTOP) or hung process, a heartbeat does not.
+  std::chrono::steady_clock::time_point lastHeard;
 };
 
 // One side of a connection being built: QPs, CQs, control region. Concrete types are the

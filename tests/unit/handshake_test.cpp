@@ -89,11 +89,11 @@ class HandshakeTest : public ::testing::Test {
     ASSERT_EQ(reactor_.start(), ncclSuccess);
     makeHandshaker(8);
   }
-  void makeHandshaker(size_t maxPending, int timeoutMs = 1500) {
+  void makeHandshaker(size_t maxPending, int timeoutMs = 1500, int peerTimeoutMs = 6500) {
     HandshakeSettings s;
     s.timeoutMs = timeoutMs;
     s.maxPending = maxPending;
-    s.peerTimeoutMs = 6500;
+    s.peerTimeoutMs = peerTimeoutMs;
     hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
   }
   void TearDown() override {
@@ -203,6 +203,46 @@ TEST_F(HandshakeTest, ConnectAndAcceptExchangeQpInfo) {
   while (!s->control->closed.load() && Clock::now() < deadline) std::this_thread::yield();
   EXPECT_TRUE(s->control->closed.load());
   EXPECT_EQ(s->control->error.load(), 0) << "an orderly close is not a socket error";
+  hs_->closeControl(s->control);
+  hs_->closeListener(l);
+}
+
+// A peer whose process is stopped (SIGSTOP) or hung keeps its socket, and its kernel keeps
+// answering TCP keepalive: only the heartbeat notices. Here the receiver's end stops
+// beating (its reactor lets go of the socket, which stays open) while the sender's goes on.
+TEST_F(HandshakeTest, ASilentPeerFailsTheLinkWithinThePeerTimeoutAndHeartbeatsKeepAnIdleOneAlive) {
+  makeHandshaker(8, 1500, 1000);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::unique_ptr<PreparedConn> send, recv;
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+  auto* s = static_cast<FakeConn*>(send.get());
+  auto* r = static_cast<FakeConn*>(recv.get());
+  // Idle for 2.5 timeouts: the heartbeats (every 250 ms) keep both ends up.
+  auto idleEnd = Clock::now() + std::chrono::milliseconds(2500);
+  while (Clock::now() < idleEnd && !s->control->closed.load() && !r->control->closed.load()) {
+    std::this_thread::yield();
+  }
+  EXPECT_FALSE(s->control->closed.load()) << "an idle link with heartbeats failed";
+  EXPECT_FALSE(r->control->closed.load()) << "an idle link with heartbeats failed";
+  // The receiver goes silent: its socket stays open, nothing is sent from it any more.
+  std::atomic<int> silent{-1};
+  auto link = r->control;
+  ASSERT_TRUE(reactor_.post([this, link, &silent] {
+    reactor_.unwatch(link->fd);
+    silent.store(link->fd);
+    link->fd = -1;
+  }));
+  while (silent.load() < 0) std::this_thread::yield();
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::seconds(5);
+  while (!s->control->closed.load() && Clock::now() < deadline) std::this_thread::yield();
+  double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_TRUE(s->control->closed.load()) << "a silent peer was not noticed in 5 s";
+  EXPECT_EQ(s->control->error.load(), ETIMEDOUT);
+  EXPECT_LT(waited, 1.6) << "noticed after " << waited << " s; the timeout is 1 s, beats every 0.25 s";
+  close(silent.load());
   hs_->closeControl(s->control);
   hs_->closeListener(l);
 }
