@@ -249,6 +249,22 @@ ncclResult_t Comm::postBatch(int q, int count) {
   return ncclSuccess;
 }
 
+ncclResult_t Comm::postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index) {
+  ibv_send_wr& wr = wrs_[0];
+  ibv_sge& sge = sges_[0];
+  sge.addr = reinterpret_cast<uintptr_t>(local);
+  sge.length = len;
+  sge.lkey = devs_[qps_[0].devSlot].ctrlMr->lkey;
+  wr = ibv_send_wr();
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.rdma.remote_addr = links_[0].remoteCtrl + remoteOffset;
+  wr.wr.rdma.rkey = links_[0].remoteRkey;
+  wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, index, 0});
+  return postBatch(0, 1);
+}
+
 void Comm::returnCredits(int q) {
   Qp& qp = qps_[q];
   qp.credits += qp.batches[qp.batchHead];
@@ -436,16 +452,16 @@ std::vector<LocalNic> RdmaTransport::localNics() const {
 
 ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                                     std::unique_ptr<PreparedConn>* out, HsMessage* local) {
-  std::unique_ptr<Comm> comm;
-  if (sender) {
-    comm = std::make_unique<SendComm>(disc_, settings_);
-  } else {
-    comm = std::make_unique<RecvComm>(disc_, settings_);
-  }
+  std::unique_ptr<Comm> comm = makeComm(sender);
   int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
   MESH_CHECK(comm->prepare(routes, tc, local));
   *out = std::move(comm);
   return ncclSuccess;
+}
+
+std::unique_ptr<Comm> RdmaTransport::makeComm(bool sender) const {
+  if (sender) return std::make_unique<SendComm>(disc_, settings_);
+  return std::make_unique<RecvComm>(disc_, settings_);
 }
 
 ncclResult_t RdmaTransport::activate(PreparedConn* conn, const HsMessage& remote) {

@@ -101,20 +101,8 @@ ncclResult_t RecvComm::postSlots(int n, void** data, const size_t* sizes, const 
     s.relayRing = 0;  // a direct receiver
     s.seqTail = seqMark;
   }
-  Qp& ctrlQp = qps_[0];
-  ibv_send_wr& wr = wrs_[0];
-  ibv_sge& sge = sges_[0];
-  sge.addr = reinterpret_cast<uintptr_t>(stage);
-  sge.length = static_cast<uint32_t>(n * sizeof(FifoSlot));
-  sge.lkey = devs_[ctrlQp.devSlot].ctrlMr->lkey;
-  wr = ibv_send_wr();
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.wr.rdma.remote_addr = links_[0].remoteCtrl + static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]);
-  wr.wr.rdma.rkey = links_[0].remoteRkey;
-  wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, static_cast<uint16_t>(slot), 0});
-  return postBatch(0, 1);
+  return postCtrlWrite(stage, static_cast<uint32_t>(n * sizeof(FifoSlot)),
+                       static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]), static_cast<uint16_t>(slot));
 }
 
 // As NCCL 2.28.9 net_ib.cc ncclIbIflush: one READ of the last non-empty buffer per device

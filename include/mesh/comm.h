@@ -235,6 +235,9 @@ class Comm : public PreparedConn {
   // names the call for the message.
   ncclResult_t checkPeer(const char* doing);
   ncclResult_t postBatch(int q, int count);
+  // One signaled WRITE on QP 0 of `len` bytes of our control region at `local` into the
+  // peer's control region at `remoteOffset` (FIFO slots, a relay's released count).
+  ncclResult_t postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index);
   // A signaled batch on QP q completed: its WRs' send-queue slots are free again.
   void returnCredits(int q);
   void fail(const std::string& why, ncclResult_t code);
@@ -363,9 +366,13 @@ class RdmaTransport : public Transport {
                        std::unique_ptr<PreparedConn>* out, HsMessage* local) override;
   ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) override;
 
- private:
+ protected:
+  // The comm kind each side gets (the relay's transport builds its own kinds).
+  virtual std::unique_ptr<Comm> makeComm(bool sender) const;
   const Discovery* disc_;
   CommSettings settings_;
+
+ private:
   std::vector<int> portFilter_;
 };
 

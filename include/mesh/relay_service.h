@@ -60,13 +60,12 @@ RelaySettings relaySettingsFrom(const Config& config);
 class RelayTransport : public RdmaTransport {
  public:
   RelayTransport(const Discovery* disc, CommSettings settings, RelayGeometry geometry)
-      : RdmaTransport(disc, settings), disc_(disc), settings_(settings), geometry_(geometry) {}
-  ncclResult_t prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
-                       std::unique_ptr<PreparedConn>* out, HsMessage* local) override;
+      : RdmaTransport(disc, settings), geometry_(geometry) {}
+
+ protected:
+  std::unique_ptr<Comm> makeComm(bool sender) const override;
 
  private:
-  const Discovery* disc_;
-  CommSettings settings_;
   RelayGeometry geometry_;
 };
 

@@ -70,19 +70,8 @@ ncclResult_t RelayLegComm::forwardGroup(int slot, uint64_t seq, const FifoSlot* 
     s.relayRing = relayRingWord(geometry_.depth, geometry_.chunk);
     s.seqTail = seqMark;
   }
-  ibv_send_wr& wr = wrs_[0];
-  ibv_sge& sge = sges_[0];
-  sge.addr = reinterpret_cast<uintptr_t>(stage);
-  sge.length = static_cast<uint32_t>(n * sizeof(FifoSlot));
-  sge.lkey = devs_[qps_[0].devSlot].ctrlMr->lkey;
-  wr = ibv_send_wr();
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.wr.rdma.remote_addr = links_[0].remoteCtrl + static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]);
-  wr.wr.rdma.rkey = links_[0].remoteRkey;
-  wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, static_cast<uint16_t>(slot), 0});
-  return postBatch(0, 1);
+  return postCtrlWrite(stage, static_cast<uint32_t>(n * sizeof(FifoSlot)),
+                       static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]), static_cast<uint16_t>(slot));
 }
 
 // At most one FIFO copy per slot (kFifoDepth) plus these are in flight; a release waits
@@ -92,19 +81,7 @@ ncclResult_t RelayLegComm::sendReleased(uint64_t released, bool* posted) {
   if (qps_[0].credits <= kFifoDepth) return progress();  // the caller retries next round
   *posted = true;
   __atomic_store_n(&ctrl()->releasedStage, released, __ATOMIC_RELAXED);
-  ibv_send_wr& wr = wrs_[0];
-  ibv_sge& sge = sges_[0];
-  sge.addr = reinterpret_cast<uintptr_t>(&ctrl()->releasedStage);
-  sge.length = sizeof(uint64_t);
-  sge.lkey = devs_[qps_[0].devSlot].ctrlMr->lkey;
-  wr = ibv_send_wr();
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.wr.rdma.remote_addr = links_[0].remoteCtrl + offsetof(SendCtrl, relayReleased);
-  wr.wr.rdma.rkey = links_[0].remoteRkey;
-  wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, 0, 0});
-  return postBatch(0, 1);
+  return postCtrlWrite(&ctrl()->releasedStage, sizeof(uint64_t), offsetof(SendCtrl, relayReleased), 0);
 }
 
 uint64_t RelayLegComm::groupSize(int slot, int entry) const {

@@ -37,18 +37,9 @@ RelaySettings relaySettingsFrom(const Config& config) {
   return s;
 }
 
-ncclResult_t RelayTransport::prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
-                                     std::unique_ptr<PreparedConn>* out, HsMessage* local) {
-  std::unique_ptr<Comm> comm;
-  if (sender) {
-    comm = std::make_unique<RelayFwdComm>(disc_, settings_);
-  } else {
-    comm = std::make_unique<RelayLegComm>(disc_, settings_, geometry_);
-  }
-  int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
-  MESH_CHECK(comm->prepare(routes, tc, local));
-  *out = std::move(comm);
-  return ncclSuccess;
+std::unique_ptr<Comm> RelayTransport::makeComm(bool sender) const {
+  if (sender) return std::make_unique<RelayFwdComm>(disc_, settings_);
+  return std::make_unique<RelayLegComm>(disc_, settings_, geometry_);
 }
 
 struct RelayService::Session {

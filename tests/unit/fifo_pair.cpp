@@ -75,26 +75,45 @@ void FifoPair::closeComms() {
   receiver_ = nullptr;
 }
 
+void addFakePort(FakeRdma& fake, Discovery* disc, const std::string& device, uint32_t addr) {
+  auto dev = std::make_unique<VerbsDevice>(fake.api(), device, fake.openDevice(device));
+  ASSERT_EQ(dev->open(), ncclSuccess);
+  MeshPort p;
+  p.deviceIndex = static_cast<int>(disc->devices.size());
+  p.device = device;
+  p.port = 1;
+  p.netdev = "p" + std::to_string(disc->ports.size());
+  PortAddress a;
+  a.ip = Ipv4Prefix{addr, 24};
+  a.gidIndex = 1;
+  mappedGid(a.ip.addr, a.gid);
+  p.addrs.push_back(a);
+  p.activeMtu = IBV_MTU_4096;
+  p.mtuBytes = 4096;
+  p.maxMsgSize = 1u << 31;
+  disc->ports.push_back(p);
+  disc->devices.push_back(std::move(dev));
+}
+
+std::unique_ptr<Buffer> makeBuffer(FakeRdma& fake, const Discovery& disc, size_t size, uint8_t fill) {
+  auto b = std::make_unique<Buffer>();
+  b->bytes.assign(size == 0 ? 1 : size, fill);
+  b->mh.addr = reinterpret_cast<uintptr_t>(b->bytes.data());
+  b->mh.size = size;
+  b->mh.kind = MemKind::Host;
+  b->mh.ndevs = static_cast<int>(disc.devices.size());
+  for (size_t d = 0; d < disc.devices.size(); ++d) {
+    ibv_mr* mr = registerMemory(fake, disc.devices[d]->pd(), b->bytes.data(), b->bytes.size());
+    b->mrs.push_back(mr);
+    b->mh.lkey[d] = mr->lkey;
+    b->mh.rkey[d] = mr->rkey;
+  }
+  return b;
+}
+
 void FifoPair::buildSide(Discovery* disc, const char* prefix, bool senderSide) {
   for (int l = 0; l < options_.links; ++l) {
-    std::string name = std::string(prefix) + std::to_string(l);
-    auto dev = std::make_unique<VerbsDevice>(fake_.api(), name, fake_.openDevice(name));
-    ASSERT_EQ(dev->open(), ncclSuccess);
-    MeshPort p;
-    p.deviceIndex = l;
-    p.device = name;
-    p.port = 1;
-    p.netdev = "p" + std::to_string(l);
-    PortAddress a;
-    a.ip = Ipv4Prefix{linkAddr(l, senderSide), 24};
-    a.gidIndex = 1;
-    mappedGid(a.ip.addr, a.gid);
-    p.addrs.push_back(a);
-    p.activeMtu = IBV_MTU_4096;
-    p.mtuBytes = 4096;
-    p.maxMsgSize = 1u << 31;
-    disc->ports.push_back(p);
-    disc->devices.push_back(std::move(dev));
+    addFakePort(fake_, disc, std::string(prefix) + std::to_string(l), linkAddr(l, senderSide));
   }
 }
 
@@ -114,20 +133,7 @@ std::vector<Route> FifoPair::routes(bool senderSide) const {
 }
 
 Buffer* FifoPair::buffer(bool senderSide, size_t size, uint8_t fill) {
-  auto b = std::make_unique<Buffer>();
-  b->bytes.assign(size == 0 ? 1 : size, fill);
-  const Discovery& disc = senderSide ? discA_ : discB_;
-  b->mh.addr = reinterpret_cast<uintptr_t>(b->bytes.data());
-  b->mh.size = size;
-  b->mh.kind = MemKind::Host;
-  b->mh.ndevs = static_cast<int>(disc.devices.size());
-  for (size_t d = 0; d < disc.devices.size(); ++d) {
-    ibv_mr* mr = registerMemory(fake_, disc.devices[d]->pd(), b->bytes.data(), b->bytes.size());
-    b->mrs.push_back(mr);
-    b->mh.lkey[d] = mr->lkey;
-    b->mh.rkey[d] = mr->rkey;
-  }
-  buffers_.push_back(std::move(b));
+  buffers_.push_back(makeBuffer(fake_, senderSide ? discA_ : discB_, size, fill));
   return buffers_.back().get();
 }
 

@@ -73,6 +73,13 @@ class FifoPair {
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
+// A port on the fake node `disc`: device `device` (opened on `fake`), port 1, one IPv4
+// address /24 with its RoCEv2 GID at index 1, MTU 4096.
+void addFakePort(FakeRdma& fake, Discovery* disc, const std::string& device, uint32_t addr);
+// A buffer of `size` bytes filled with `fill`, registered on every device of `disc`, as regMr
+// does. The caller deregisters b->mrs before the devices close.
+std::unique_ptr<Buffer> makeBuffer(FakeRdma& fake, const Discovery& disc, size_t size, uint8_t fill);
+
 // A byte pattern that differs per (seed, offset).
 void fillPattern(uint8_t* data, size_t size, uint32_t seed);
 bool matchesPattern(const uint8_t* data, size_t size, uint32_t seed);

@@ -20,37 +20,9 @@ namespace {
 
 uint32_t ip(int a, int b) { return (198u << 24) | (18u << 16) | (static_cast<uint32_t>(a) << 8) | static_cast<uint32_t>(b); }
 
-void gidOf(uint32_t addr, uint8_t gid[16]) {
-  memset(gid, 0, 16);
-  gid[10] = gid[11] = 0xff;
-  gid[12] = static_cast<uint8_t>(addr >> 24);
-  gid[13] = static_cast<uint8_t>(addr >> 16);
-  gid[14] = static_cast<uint8_t>(addr >> 8);
-  gid[15] = static_cast<uint8_t>(addr);
-}
-
 // One node's ports: device `name<i>` per address.
 void buildNode(FakeRdma& fake, Discovery* disc, const std::string& name, const std::vector<uint32_t>& addrs) {
-  for (size_t i = 0; i < addrs.size(); ++i) {
-    std::string dn = name + std::to_string(i);
-    auto dev = std::make_unique<VerbsDevice>(fake.api(), dn, fake.openDevice(dn));
-    ASSERT_EQ(dev->open(), ncclSuccess);
-    MeshPort p;
-    p.deviceIndex = static_cast<int>(i);
-    p.device = dn;
-    p.port = 1;
-    p.netdev = "p" + std::to_string(i);
-    PortAddress a;
-    a.ip = Ipv4Prefix{addrs[i], 24};
-    a.gidIndex = 1;
-    gidOf(addrs[i], a.gid);
-    p.addrs.push_back(a);
-    p.activeMtu = IBV_MTU_4096;
-    p.mtuBytes = 4096;
-    p.maxMsgSize = 1u << 31;
-    disc->ports.push_back(p);
-    disc->devices.push_back(std::move(dev));
-  }
+  for (size_t i = 0; i < addrs.size(); ++i) addFakePort(fake, disc, name + std::to_string(i), addrs[i]);
 }
 
 Route routeOf(int nic, uint32_t local, uint32_t peer) {
@@ -129,22 +101,10 @@ class RelayChain {
   }
 
   Buffer* buffer(bool senderSide, size_t size, uint8_t fill = 0) {
-    auto b = std::make_unique<Buffer>();
-    b->bytes.assign(size == 0 ? 1 : size, fill);
-    const Discovery& disc = senderSide ? nodes_.front() : nodes_.back();
-    b->mh.addr = reinterpret_cast<uintptr_t>(b->bytes.data());
-    b->mh.size = size;
-    b->mh.kind = MemKind::Host;
-    b->mh.ndevs = static_cast<int>(disc.devices.size());
-    for (size_t d = 0; d < disc.devices.size(); ++d) {
-      ibv_mr* mr = registerMemory(fake_, disc.devices[d]->pd(), b->bytes.data(), b->bytes.size());
-      b->mrs.push_back(mr);
-      b->mh.lkey[d] = mr->lkey;
-      b->mh.rkey[d] = mr->rkey;
-    }
-    buffers_.push_back(std::move(b));
+    buffers_.push_back(makeBuffer(fake_, senderSide ? nodes_.front() : nodes_.back(), size, fill));
     return buffers_.back().get();
   }
+
 
   // Moves everything (relay steps, wire steps, the sender's pump) until nothing moves.
   ncclResult_t pump(std::mt19937* rng) {
