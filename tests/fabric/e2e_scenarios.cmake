@@ -47,6 +47,8 @@ fabric_scenario(relay_full3_v11 3 120 -- relay --api v11 --big 8M)
 fabric_scenario(relay_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
 fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay --api v11)
 fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- relay)
+# NCCL's ring on a line of cables: the wrap edge 3 -> 0 goes through two relays.
+fabric_scenario(allreduce_line4_relay 4 60 --topology line --env NCCL_MESH_RELAY=auto -- allreduce --pairs 4)
 fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3 -- relay --big 16M)
 # Issue 15's fault acceptance on the 4-ring: rank 0 -> rank 2 goes through rank 1 or 3 (B).
 # B killed or stopped mid-transfer, the receiver killed, 200 relayed connect/close cycles (no
