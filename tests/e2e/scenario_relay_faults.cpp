@@ -24,13 +24,23 @@
 //                   byte-exact.
 //   cut             A's cable to B goes down (`ip link set dev p<B> down` on A) with no comm
 //                   open; the next 0->2 connect must go round through the spare.
+//   isolation       two relayed comms through the same B: X = 0->2 and Y = 2->0, connected
+//                   together (both closed and tried again until they take the same relay). X's receiver posts nothing
+//                   (its isends stay NULL) while Y moves --messages (200) x --size (256K)
+//                   byte-exact within --bound (60 s); then X's receiver posts and X's 8
+//                   messages arrive.
+//   memcap          with NCCL_MESH_RELAY_MEM = one ring (4M), two 0->2 comms opened at once:
+//                   both connect through different relays, a relay logged the NoMemory
+//                   refusal ("relay memory cap reached"), and both move data byte-exact.
 // The rank that dies (kill-relay, stop-relay: both neighbours, since B is known only once A
 // connected; kill-receiver: rank 2) runs in a forked child (needsChildGuard), so its test
 // process exits 0.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "comm_setup.h"
 #include "scenarios.h"
@@ -461,6 +471,201 @@ std::string runCut(Context& ctx) {
                 seconds);
 }
 
+// ---- isolation ------------------------------------------------------------------------------
+
+// Every relay named by this rank's "relay: connected to ... via <addr>" lines since `mark`,
+// in log order.
+std::vector<int> relaysFromLog(Context& ctx, size_t mark) {
+  std::vector<int> out;
+  for (const LogLine& l : ctx.net.logSince(mark)) {
+    if (l.text.find("relay: connected to ") == std::string::npos) continue;
+    size_t via = l.text.find(" via ");
+    if (via == std::string::npos) continue;
+    std::string addr = l.text.substr(via + 5);
+    addr = addr.substr(0, addr.find_first_of(" ,("));
+    out.push_back(labNodeOf(addr));
+  }
+  return out;
+}
+
+// One relayed comm: `from` connects to `to`; every rank learns the relay `from` used.
+struct Relayed {
+  int from = -1, to = -1, relay = -1;
+  CommTable t;
+  void* send(Context& ctx) { return ctx.rank == from ? t[to].send[0] : nullptr; }
+  void* recv(Context& ctx) { return ctx.rank == to ? t[from].recv[0] : nullptr; }
+};
+
+// X (stalled: its receiver posts nothing) and Y (200 x 256 KiB) through the same relay B.
+// Y must complete byte-exact within --bound while X's isends stay NULL; then X's receiver
+// posts and X's messages arrive too.
+std::string runIsolation(Context& ctx, size_t size) {
+  const uint64_t yMessages = static_cast<uint64_t>(ctx.opts.integer("messages", 200));
+  const uint64_t xMessages = 8;
+  const double bound = ctx.opts.real("bound", 60);
+  // X = 0->2 and Y = 2->0 connect together (a connect opened next to a busy relay takes the
+  // other neighbour, so sequential ones spread); until both took the same relay, close both
+  // and try again.
+  Relayed x, y;
+  std::string yDir = "2->0", tried;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    size_t mark = ctx.net.logSize();
+    std::string tag = format("iso.%d", attempt);
+    EstablishSpec spec{{}, {}, 1, tag};
+    if (ctx.rank == kA || ctx.rank == kC) spec.connectTo = spec.acceptFrom = {kA + kC - ctx.rank};
+    CommTable t = establish(ctx, spec, ctx.deadline);
+    if (ctx.rank == kA || ctx.rank == kC) {
+      ctx.rv->publish(format("relay.%s.%d", tag.c_str(), ctx.rank), std::to_string(relayFromLog(ctx, mark, kA + kC - ctx.rank)));
+    }
+    x.from = kA, x.to = kC, y.from = kC, y.to = kA;
+    x.relay = atoi(ctx.rv->fetch(format("relay.%s.%d", tag.c_str(), kA), ctx.deadline, "rank 0's relay").c_str());
+    y.relay = atoi(ctx.rv->fetch(format("relay.%s.%d", tag.c_str(), kC), ctx.deadline, "rank 2's relay").c_str());
+    tried += format("%s0->2:via%d/2->0:via%d", tried.empty() ? "" : ",", x.relay, y.relay);
+    if (x.relay == y.relay) {
+      x.t = t;
+      y.t = t;
+      break;
+    }
+    closeAll(ctx, t);
+  }
+  if (y.relay != x.relay) fail("isolation: 0->2 and 2->0 never took the same relay (%s)", tried.c_str());
+  const int b = x.relay;
+  ctx.barrier("iso-up");
+  if (ctx.rank != kA && ctx.rank != kC) {
+    awaitDone(ctx, {kA, kC});
+    if (ctx.rank == b) waitForLog(ctx, 0, "relay: relaying ", 10, "this rank relays X and Y");
+    int relaying = countLog(ctx, 0, "relay: relaying ");
+    if (ctx.rank == b && relaying < 2) fail("isolation: this rank is the relay of X and Y but logged %d 'relay: relaying' lines", relaying);
+    return format("mode=isolation role=%s relay=%d relaying_lines=%d", ctx.rank == b ? "B" : "spare", b, relaying);
+  }
+  Stream xs, ys;
+  openStream(ctx, &xs, x.from + x.to - ctx.rank, x.send(ctx), ctx.rank == x.to ? x.recv(ctx) : nullptr, size);
+  openStream(ctx, &ys, y.from + y.to - ctx.rank, y.send(ctx), y.recv(ctx), size);
+  xs.limit = xMessages;
+  ys.limit = yMessages;
+  const bool xSender = ctx.rank == x.from;
+  const std::string xPosting = "iso.xposting";
+  setPhase(format("isolation: Y (%s through rank %d) moves %llu x %zu bytes while X (0->2) is stalled", yDir.c_str(), b,
+                  static_cast<unsigned long long>(yMessages), size));
+  Clock::time_point t0 = Clock::now();
+  long xTries = 0;
+  while (ys.done() < yMessages) {
+    pump(ctx, &ys, false);
+    if (xSender) {
+      pump(ctx, &xs, false);  // X's receiver has posted nothing: every isend must be NULL
+      ++xTries;
+      if (xs.sposted != 0) fail("isolation: an isend on stalled X got a request before X's receiver posted anything");
+    }
+    if (secondsSince(t0) > bound) {
+      fail("isolation: Y moved %llu of %llu messages in %.0f s while X was stalled on the same relay (rank %d)",
+           static_cast<unsigned long long>(ys.done()), static_cast<unsigned long long>(yMessages), bound, b);
+    }
+  }
+  double ySeconds = secondsSince(t0);
+  ctx.rv->publish(format("iso.ydone.%d", ctx.rank), "");
+  if (!xSender) {
+    ctx.rv->fetch(format("iso.ydone.%d", kA), ctx.deadline, "rank 0 finishing Y");
+    ctx.rv->publish(xPosting, "");
+  }
+  // X's sender: isends stay NULL until the receiver announced that it posts.
+  setPhase("isolation: X's receiver posts; X's messages must arrive");
+  Clock::time_point t1 = Clock::now();
+  while (xs.done() < xMessages) {
+    pump(ctx, &xs, false);
+    if (xSender && xs.sposted != 0 && !ctx.rv->exists(xPosting)) {
+      fail("isolation: an isend on stalled X got a request before X's receiver posted anything");
+    }
+    if (secondsSince(t1) > bound) {
+      fail("isolation: after X's receiver posted, %llu of %llu X messages in %.0f s",
+           static_cast<unsigned long long>(xs.done()), static_cast<unsigned long long>(xMessages), bound);
+    }
+    if (ctx.deadline.expired()) fail("isolation: X never completed");
+  }
+  double xSeconds = secondsSince(t1);
+  closeStream(ctx, &xs);
+  closeStream(ctx, &ys);
+  closeAll(ctx, x.t);  // y.t is the same table
+  ctx.rv->publish(format("done.%d", ctx.rank), "");
+  double mb = static_cast<double>(yMessages) * static_cast<double>(size) / 1e6;
+  return format("mode=isolation role=%s relay=%d x=0->2 y=%s y_messages=%llu y_bytes=%zu y_s=%.2f y_MBps=%.1f "
+                "x_stalled_sweeps_all_null=%ld y_tries=%s x_messages=%llu x_after_post_s=%.2f byte-exact",
+                ctx.rank == kA ? "A" : "C", b, yDir.c_str(), static_cast<unsigned long long>(yMessages),
+                static_cast<size_t>(yMessages) * size, ySeconds, mb / std::max(ySeconds, 1e-9),
+                xSender ? xTries : 0L, tried.c_str(), static_cast<unsigned long long>(xMessages), xSeconds);
+}
+
+// ---- memcap ---------------------------------------------------------------------------------
+
+// NCCL_MESH_RELAY_MEM holds one connection's ring: two 0 -> 2 comms opened at once must both
+// connect, the second refused by the first relay (NoMemory) and going round the other way.
+std::string runMemcap(Context& ctx, size_t size) {
+  const char* cap = getenv("NCCL_MESH_RELAY_MEM");
+  if (cap == nullptr) fail("memcap: run with --env NCCL_MESH_RELAY_MEM=4M (one connection's ring)");
+  const uint64_t messages = static_cast<uint64_t>(ctx.opts.integer("messages", 16));
+  size_t mark = ctx.net.logSize();
+  EstablishSpec spec{{}, {}, 2, "memcap"};
+  if (ctx.rank == kA) spec.connectTo = {kC};
+  if (ctx.rank == kC) spec.acceptFrom = {kA};
+  Clock::time_point t0 = Clock::now();
+  CommTable t = establish(ctx, spec, ctx.deadline);
+  double connectSeconds = secondsSince(t0);
+  if (ctx.rank == kA) {
+    std::vector<int> via = relaysFromLog(ctx, mark);
+    if (via.size() == 2 && (via[0] < 0 || via[1] < 0)) fail("memcap: a relay address is not a lab node");
+    if (via.size() != 2) fail("memcap: rank 0 logged %zu 'relay: connected to ... via' lines for its 2 connects", via.size());
+    ctx.rv->publish("memcap.via", format("%d %d", via[0], via[1]));
+  }
+  int v0 = -1, v1 = -1;
+  std::string via = ctx.rv->fetch("memcap.via", ctx.deadline, "rank 0 naming its relays");
+  if (sscanf(via.c_str(), "%d %d", &v0, &v1) != 2) fail("memcap: bad memcap.via '%s'", via.c_str());
+  // The relays' refusals: "relay: refused ...: relay memory cap reached: NCCL_MESH_RELAY_MEM=...".
+  int refused = countLog(ctx, mark, "relay memory cap reached");
+  if (ctx.rank == v0 || ctx.rank == v1) waitForLog(ctx, mark, "relay: relaying ", 10, "this rank relays a 0->2 connection");
+  int relaying = countLog(ctx, mark, "relay: relaying ");
+  ctx.rv->publish(format("memcap.refused.%d", ctx.rank), std::to_string(refused));
+  int refusedAll = 0;
+  std::string refusedBy;
+  for (int r = 0; r < 4; ++r) {
+    int n = atoi(ctx.rv->fetch(format("memcap.refused.%d", r), ctx.deadline, format("rank %d's refusals", r)).c_str());
+    refusedAll += n;
+    if (n > 0) refusedBy += format("%srank%d:%d", refusedBy.empty() ? "" : ",", r, n);
+  }
+  if (v0 == v1) fail("memcap: both 0->2 connections went through rank %d; with NCCL_MESH_RELAY_MEM=%s it holds one", v0, cap);
+  if (refusedAll == 0) {
+    fail("memcap: the connections went through ranks %d and %d but no relay logged a 'relay memory cap reached' "
+         "refusal (NCCL_MESH_RELAY_MEM=%s)", v0, v1, cap);
+  }
+  if ((ctx.rank == v0 || ctx.rank == v1) && relaying != 1) {
+    fail("memcap: this rank relays one of the two connections but logged %d 'relay: relaying' lines", relaying);
+  }
+  if (ctx.rank == kA || ctx.rank == kC) {
+    int peer = kA + kC - ctx.rank;
+    Stream s[2];
+    for (int k = 0; k < 2; ++k) {
+      openStream(ctx, &s[k], peer, ctx.rank == kA ? t[kC].send[k] : nullptr, ctx.rank == kC ? t[kA].recv[k] : nullptr,
+                 size);
+      s[k].limit = messages;
+    }
+    setPhase("memcap: both connections stream");
+    while (s[0].done() < messages || s[1].done() < messages) {
+      pump(ctx, &s[0], false);
+      pump(ctx, &s[1], false);
+      if (ctx.deadline.expired()) {
+        fail("memcap: %llu and %llu of %llu messages at the deadline", static_cast<unsigned long long>(s[0].done()),
+             static_cast<unsigned long long>(s[1].done()), static_cast<unsigned long long>(messages));
+      }
+    }
+    for (Stream& x : s) closeStream(ctx, &x);
+    closeAll(ctx, t);
+    ctx.rv->publish(format("done.%d", ctx.rank), "");
+  } else {
+    awaitDone(ctx, {kA, kC});
+  }
+  return format("mode=memcap cap=%s relays=%d,%d refused_by=%s relaying_here=%d connect_s=%.2f messages=2x%llu of %zu "
+                "bytes byte-exact", cap, v0, v1, refusedBy.c_str(), relaying, connectSeconds,
+                static_cast<unsigned long long>(messages), size);
+}
+
 }  // namespace
 
 bool relayFaultsNeedsGuard(const Context& ctx) {
@@ -480,8 +685,11 @@ std::string runRelayFaults(Context& ctx) {
     fail("--size %s: expected 1..64M bytes", ctx.opts.str("size", "").c_str());
   }
   if (mode == "relay-finalize") return runFinalize(ctx, size);
+  if (mode == "isolation") return runIsolation(ctx, size);
+  if (mode == "memcap") return runMemcap(ctx, size);
   if (mode != "kill-relay" && mode != "stop-relay" && mode != "kill-receiver") {
-    fail("relay-faults needs --mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut (got '%s')",
+    fail("relay-faults needs --mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut|isolation|"
+         "memcap (got '%s')",
          mode.c_str());
   }
   Fault f;

@@ -65,3 +65,10 @@ fabric_scenario(relay_faults_finalize 4 120 --topology ring --env NCCL_MESH_RELA
 fabric_scenario(relay_faults_finalize_v11 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode relay-finalize --api v11)
 fabric_scenario(relay_faults_cut 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000
                 -- relay-faults --mode cut)
+# Two relayed comms through one relay: one stalled (its receiver posts nothing) must not hold
+# up the other; a relay memory cap of one ring (4M = 8 x 512K) sends a second 0->2 connect
+# round the other way after a NoMemory refusal (memcap: not registered yet, below).
+fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode isolation)
+# relay_faults_memcap (--env NCCL_MESH_RELAY_MEM=4M --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 --
+# relay-faults --mode memcap) is not registered yet: 1 run in 3 sees no NoMemory refusal
+# (the two connects already spread over both relays), see the branch's commit message.
