@@ -106,7 +106,7 @@ void Plugin::initFork() {
   MESH_INFO(NCCL_INIT, "fork: enabled (ibv_fork_init: registered pages are not mapped in a forked child)");
 }
 
-void Plugin::shutdown() {
+void Plugin::shutdown(bool fromExitHandler) {
   std::lock_guard<std::mutex> lock(initMutex_);
   // Never initialized, or shut down already (the relay's exit handler, then the destructor).
   if (!initialized_ && !reactor_.running()) return;
@@ -124,18 +124,20 @@ void Plugin::shutdown() {
   // verbs provider is still there. Should the ELF destructor come first all the same (a
   // provider finalized before us: loaded later, finalized first), stop the threads and
   // leave every verbs object and socket to the kernel.
-  if (relay_ != nullptr && relay_->pinned()) {
+  if (!fromExitHandler && relay_ != nullptr && relay_->pinned()) {
     relay_->abandon();
     if (routes_ != nullptr) routes_->stop();
     reactor_.stop();
     return;
   }
   // The relay's thread drives handshakes on the reactor and owns its links' comms: first.
+  // Its Handshaker goes only after the reactor stopped: the reactor's handlers for the
+  // relay's control links (a peer closing, the heartbeat) point at it.
   if (relay_ != nullptr) relay_->stop();
-  releaseStatic(relay_);
   if (routes_ != nullptr) routes_->stop();
-  releaseStatic(routes_);
   reactor_.stop();
+  releaseStatic(relay_);
+  releaseStatic(routes_);
   size_t connects = 0, comms = 0;
   tables_.releaseAll(this, &connects, &comms);
   if (connects + comms > 0) {
@@ -263,7 +265,7 @@ void Plugin::startRelay() {
   // handler registered, so the last to run): a library the relay pinned shuts down there,
   // cleanly, with the verbs provider it dlopened still loaded.
   relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_),
-                                          nodeId_, lookup, [] { Plugin::instance().shutdown(); });
+                                          nodeId_, lookup, [] { Plugin::instance().shutdown(true); });
   if (relay_->start() != ncclSuccess) relay_.reset();
   // After the relay port is bound: what the HELLOs announce is then reachable.
   routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));

@@ -41,7 +41,10 @@ class Plugin {
   static Plugin& instance();
 
   ncclResult_t init(ncclDebugLogger_t logger);
-  void shutdown();
+  // `fromExitHandler`: called by the relay's atexit handler (the verbs provider is still
+  // loaded then), so a pinned library shuts down in full; from the ELF destructor a pinned
+  // library only stops its threads (see shutdown()).
+  void shutdown(bool fromExitHandler = false);
   bool initialized() const { return initialized_; }
   // True in a child forked after init (set by a pthread_atfork handler: a load, no syscall,
   // so the data path may check it). Every entry point refuses to run there.

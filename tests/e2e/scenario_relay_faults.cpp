@@ -189,8 +189,10 @@ void warmUp(Context& ctx, const std::string& mode, Stream* s) {
 // once A and C have their errors, and its relay must end the link.
 std::string victim(Context& ctx, const Fault& f, CommTable& t, size_t mark) {
   setPhase(format("%s: waiting for rank 0 and rank 2 to stream", f.mode.c_str()));
+  // C's stream lives until C dies: its receives stay posted, and freeing their buffers
+  // under the relay's incoming writes crashed the fabric's NIC thread (1 run in ~20).
+  Stream s;
   if (ctx.rank == kC) {
-    Stream s;
     openStream(ctx, &s, kA, nullptr, t[kA].recv[0], f.size);
     warmUp(ctx, f.mode, &s);
     FileWatch watch(ctx);
@@ -387,6 +389,10 @@ std::string runFinalize(Context& ctx, size_t size) {
            ctx.rv->exists(finalized) ? "had unloaded" : "never unloaded");
     }
   }
+  // A's sends complete once their bytes are in the relay's ring, before C has them: A must
+  // not close (which lets the relay end the link once it delivered) while C still posts.
+  ctx.rv->publish(format("streamed.%d", ctx.rank), "");
+  ctx.rv->fetch(format("streamed.%d", ctx.rank == kA ? kC : kA), ctx.deadline, "the other end finishing its stream");
   setPhase("relay-finalize: closing");
   closeStream(ctx, &s);
   closeAll(ctx, t);
