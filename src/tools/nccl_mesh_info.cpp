@@ -82,8 +82,8 @@ const char kUsage[] =
     "                default every interface); runs until killed, or one probe with --once\n"
     "  --timeout S   --probe: seconds per cable and to reach PEER (10); --serve --once: how\n"
     "                long to wait for a prober (0 = for ever)\n"
-    "  --routes      also print the relay's route table (not yet active: NCCL_MESH_RELAY is\n"
-    "                off) from this node's links and NCCL_MESH_ROUTES, and for each --peer\n"
+    "  --routes      also print the relay's route table (used with NCCL_MESH_RELAY=auto)\n"
+    "                from this node's links and NCCL_MESH_ROUTES, and for each --peer\n"
     "                without a cable the neighbour a relay would go through. Routes learned\n"
     "                from neighbours appear with --listen\n"
     "  --listen S    with --routes: run the relay's route discovery for up to S seconds\n"
@@ -329,8 +329,8 @@ struct RelayView {
 RelayView computedRelay(const mesh::Plugin& plugin) {
   auto table = std::make_shared<mesh::RouteTable>(relayTable(plugin));
   RelayView v;
-  v.title = mesh::strf("Relay routes (not yet active: NCCL_MESH_RELAY=off; this node's links and\n"
-                   "NCCL_MESH_ROUTES only, no neighbour heard), max %d relay hop(s): %zu",
+  v.title = mesh::strf("Relay routes (computed: this node's links and NCCL_MESH_ROUTES only, no\n"
+                   "neighbour heard; --listen S learns the rest), max %d relay hop(s): %zu",
                    plugin.config().relayMaxHops, table->routes().size());
   v.lines = table->describe();
   v.problems = table->staticProblems();
@@ -533,7 +533,7 @@ void printRoutes(const std::vector<PeerRoutes>& routes, const mesh::Discovery& d
     if (!pr.result.ok()) {
       printf("  peer %s: NO ROUTE: %s\n", pr.spec->text.c_str(), pr.result.error.c_str());
       for (const mesh::NextHop& h : pr.relay.hops) {
-        printf("    a relay (not yet active) would go %s\n", relayWayText(h).c_str());
+        printf("    with NCCL_MESH_RELAY=auto a relay goes %s\n", relayWayText(h).c_str());
       }
       continue;
     }

@@ -52,7 +52,7 @@ check("JSON gives the reason for 0 ports" 1
       ${INFO} --json)
 set(ENV{NCCL_MESH_ROUTES} "198.18.2.0/24=198.18.0.2")
 check("--routes without a port: the static route is ignored, and why" 1
-      "Relay routes \\(not yet active[^\n]*\n[^\n]*: 0\n  NCCL_MESH_ROUTES 198\\.18\\.2\\.0/24=198\\.18\\.0\\.2: the next hop is on none of this node's links \\(no ports\\); ignored"
+      "Relay routes \\(computed[^\n]*\n[^\n]*: 0\n  NCCL_MESH_ROUTES 198\\.18\\.2\\.0/24=198\\.18\\.0\\.2: the next hop is on none of this node's links \\(no ports\\); ignored"
       ${INFO} --routes)
 set(ENV{NCCL_MESH_ROUTES} "198.18.2.5/24=198.18.0.2")
 check("a malformed NCCL_MESH_ROUTES: one WARN naming the entry, the variable named once" 1
@@ -91,7 +91,7 @@ check("--ring-order with a node listed twice: exit 2, both lines named" 2
 check("--ring-order on a missing file: exit 2" 2 "--ring-order: cannot read '/nonexistent/nodes\\.txt'"
       ${INFO} --ring-order /nonexistent/nodes.txt)
 check("--routes --listen without a port: exit 1 at once, the table computed, nothing heard" 1
-      "Relay routes \\(not yet active[^\n]*\n[^\n]*: 0\n"
+      "Relay routes \\(computed[^\n]*\n[^\n]*: 0\n"
       NOT "learned by listening"
       ${INFO} --routes --listen 30)
 unset(ENV{NCCL_MESH_IBVERBS_LIB})

@@ -39,7 +39,7 @@ for addr in $others; do
   peer=$("$info" --routes --peer "$addr" 2>&1)
   rc=$?
   [ "$rc" -eq 2 ] || fail "peer $addr: exit $rc, expected 2 (no direct route; the relay is not active)"
-  echo "$peer" | grep -Fq "a relay (not yet active) would go via $via (static, 1 relay hop) to $addr" ||
+  echo "$peer" | grep -Fq "with NCCL_MESH_RELAY=auto a relay goes via $via (static, 1 relay hop) to $addr" ||
     fail "peer $addr: no relay way via $via: $(echo "$peer" | grep -F 'relay' | tail -n 1)"
 done
 echo "$out" | grep -q "NCCL_MESH_ROUTES.*ignored" && fail "a static route was ignored: $(echo "$out" | grep ignored)"
