@@ -100,7 +100,7 @@ ncclResult_t SendComm::queueGroup(int slot) {
   Group& g = groups_[slot];
   for (int r = 0; r < g.nreqs; ++r) ctrl()->sizesStage[slot][r] = g.reqs[r]->size;
   // A relayed group travels on QP 0 alone (its chunks must reach the relay in ring order).
-  g.pendingQps = ctrl()->fifo[slot][0].relayRing != 0 ? 1 : nqps_;
+  g.pendingQps = relayedSlot(slot) ? 1 : nqps_;
   postQueue_[(postHead_ + postCount_) % kFifoDepth] = slot;
   ++postCount_;
   ++seq_;
@@ -150,7 +150,7 @@ ncclResult_t SendComm::postShare(int slot, int q, bool* finished) {
   *finished = false;
   if (c.r == g.nreqs && count < budget) {
     // The final WR: an immediate telling the receiver this QP's share is complete.
-    bool viaSizes = g.nreqs > 1 || g.reqs[0]->size > 0x7fffffffu;
+    bool viaSizes = sizesViaArray(g.nreqs, g.reqs[0]->size);
     bool attach = count > 0 && !(viaSizes && q == 0);
     if (!attach) {
       ibv_send_wr& wr = wrs_[count];
@@ -166,7 +166,7 @@ ncclResult_t SendComm::postShare(int slot, int q, bool* finished) {
         sge.lkey = devs_[qp.devSlot].ctrlMr->lkey;
         wr.sg_list = &sge;
         wr.num_sge = 1;
-        wr.wr.rdma.remote_addr = link.remoteCtrl + offsetof(RecvCtrl, sizes) + slot * sizeof(RecvCtrl::sizes[0]);
+        wr.wr.rdma.remote_addr = remoteSizes(qp.link, slot);
         wr.wr.rdma.rkey = link.remoteRkey;
       }
       ++count;
@@ -187,18 +187,15 @@ ncclResult_t SendComm::pump() {
   while (postCount_ > 0) {
     int slot = postQueue_[postHead_];
     bool all = true;
-    if (ctrl()->fifo[slot][0].relayRing != 0) {
+    if (relayedSlot(slot)) {
       MESH_CHECK(postRelayed(slot, &all));
-      if (!all) return ncclSuccess;
-      postHead_ = (postHead_ + 1) % kFifoDepth;
-      --postCount_;
-      continue;
-    }
-    for (int q = 0; q < nqps_; ++q) {
-      if (groups_[slot].cursor[q].done) continue;
-      bool finished = false;
-      MESH_CHECK(postShare(slot, q, &finished));
-      all = all && finished;
+    } else {
+      for (int q = 0; q < nqps_; ++q) {
+        if (groups_[slot].cursor[q].done) continue;
+        bool finished = false;
+        MESH_CHECK(postShare(slot, q, &finished));
+        all = all && finished;
+      }
     }
     if (!all) return ncclSuccess;
     postHead_ = (postHead_ + 1) % kFifoDepth;
@@ -247,8 +244,7 @@ ncclResult_t SendComm::postRelayed(int slot, bool* finished) {
   if (!g.relaySizesPosted && count < budget) {
     add(reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]), devs_[qp.devSlot].ctrlMr->lkey,
         static_cast<uint32_t>(g.nreqs * sizeof(uint64_t)),
-        links_[qp.link].remoteCtrl + offsetof(RecvCtrl, sizes) + slot * sizeof(RecvCtrl::sizes[0]),
-        IBV_WR_RDMA_WRITE);
+        remoteSizes(qp.link, slot), IBV_WR_RDMA_WRITE);
     wrs_[count - 1].wr.rdma.rkey = links_[qp.link].remoteRkey;
     g.relaySizesPosted = true;
   }
@@ -287,7 +283,7 @@ ncclResult_t SendComm::postRelayed(int slot, bool* finished) {
 // Ring credits arrive as a remote write, not as a completion: a relayed group waiting for
 // them is resumed from every progress().
 void SendComm::afterPoll() {
-  if (postCount_ > 0 && ctrl()->fifo[postQueue_[postHead_]][0].relayRing != 0) pump();
+  if (postCount_ > 0 && relayedSlot(postQueue_[postHead_])) pump();
 }
 
 void SendComm::onCompletion(const ibv_wc& wc) {

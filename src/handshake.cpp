@@ -78,27 +78,19 @@ class Connector {
   std::unique_ptr<PreparedConn> result;
 };
 
-namespace {
-
-const char* stepName(Connector::Step s) {
-  return s == Connector::Step::Connect ? "the TCP connect" : "the peer's ACCEPT (has it called accept?)";
-}
-
-sockaddr_in makeAddr(uint32_t addr, uint16_t port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(addr);
-  sa.sin_port = htons(port);
-  return sa;
-}
-
-int newSocket() {
+int newTcpSocket() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }
   return fd;
+}
+
+namespace {
+
+const char* stepName(Connector::Step s) {
+  return s == Connector::Step::Connect ? "the TCP connect" : "the peer's ACCEPT (has it called accept?)";
 }
 
 uint64_t randomToken() {
@@ -346,13 +338,13 @@ bool bindListeners(const HandshakeSettings& s, const std::vector<uint32_t>& addr
                    std::vector<int>* fds, uint16_t* boundPort, std::string* why) {
   std::vector<uint32_t> targets = s.listenAny ? std::vector<uint32_t>{INADDR_ANY} : addrs;
   for (uint32_t addr : targets) {
-    int fd = newSocket();
+    int fd = newTcpSocket();
     if (fd < 0) {
       *why = std::string("socket: ") + strerror(errno);
       return false;
     }
     fds->push_back(fd);
-    sockaddr_in sa = makeAddr(addr, port);
+    sockaddr_in sa = ipv4SockAddr(addr, port);
     if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 128) != 0) {
       *why = "bind/listen on " + formatIpv4(addr) + ":" + std::to_string(port) + ": " + strerror(errno);
       return false;
@@ -431,11 +423,11 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
 
 void beginConnect(Handshaker* hs, const std::shared_ptr<Connector>& c) {
   const Route& first = c->routes.front();
-  c->fd = newSocket();
+  c->fd = newTcpSocket();
   if (c->fd < 0) return finishConnect(hs, c.get(), std::string("socket: ") + strerror(errno), ncclSystemError);
   // The source address pins the handshake to the cable the data will use.
-  sockaddr_in local = makeAddr(first.local.addr, 0);
-  sockaddr_in remote = makeAddr(first.peerAddr, c->handle.port);
+  sockaddr_in local = ipv4SockAddr(first.local.addr, 0);
+  sockaddr_in remote = ipv4SockAddr(first.peerAddr, c->handle.port);
   if (bind(c->fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
       (connect(c->fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0 && errno != EINPROGRESS)) {
     return finishConnect(hs, c.get(), "connect from " + formatIpv4(first.local.addr) + " to " + c->peer + ": " + strerror(errno),

@@ -3,6 +3,8 @@
 // forms we do not want, and this file must build standalone for the fuzzer).
 #include "mesh/ipv4.h"
 
+#include <arpa/inet.h>
+
 #include <cstdio>
 
 namespace mesh {
@@ -91,6 +93,14 @@ bool parsePrefix(const std::string& text, Ipv4Prefix* out) {
     out->prefixLen = static_cast<uint8_t>(len);
   }
   return true;
+}
+
+sockaddr_in ipv4SockAddr(uint32_t addr, uint16_t port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(addr);
+  sa.sin_port = htons(port);
+  return sa;
 }
 
 }  // namespace mesh

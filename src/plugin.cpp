@@ -247,12 +247,8 @@ void Plugin::watchAsyncEvents() {
 // no cable to.
 void Plugin::startRelay() {
   if (config_.relay != RelayMode::Auto || netDevices_.empty()) return;
-  std::vector<LocalNic> nics = transports_[0]->localNics();
-  if (config_.devices == DeviceMode::Port) {
-    nics.clear();
-    RdmaTransport all(&discovery_, commSettings());
-    nics = all.localNics();
-  }
+  // Every mesh port of the node, whatever NCCL_MESH_DEVICES splits NCCL's devices into.
+  std::vector<LocalNic> nics = RdmaTransport(&discovery_, commSettings()).localNics();
   HandshakeSettings hs;
   hs.timeoutMs = config_.connectTimeoutMs;
   hs.peerTimeoutMs = config_.peerTimeoutMs;

@@ -135,6 +135,10 @@ inline uint32_t relayRingChunk(uint64_t v) { return static_cast<uint32_t>(v); }
 // Immediate of a chunk written into a relay's staging ring: its byte count (a chunk with
 // bytes takes the next ring slot), plus kRelayLastChunk on the group's last WR.
 constexpr uint32_t kRelayLastChunk = 0x80000000u;
+
+// Whether a group's final immediate is kImmViaSizes with the sizes array on QP 0 (a grouped
+// receive, or one size that does not fit the 31-bit immediate), or the size itself.
+inline bool sizesViaArray(int n, uint64_t firstSize) { return n > 1 || firstSize > 0x7fffffffu; }
 struct RecvCtrl {
   // Remote-written by the sender's NIC before QP 0's final immediate; read after that CQE
   // was polled (acquire fence in progress()), with atomic loads.
@@ -299,6 +303,12 @@ class SendComm : public Comm {
 
  protected:
   SendCtrl* ctrl() const { return static_cast<SendCtrl*>(ctrlMem_); }
+  // The group in `slot` goes to a relay's staging ring (FifoSlot::relayRing), not a buffer.
+  bool relayedSlot(int slot) const { return ctrl()->fifo[slot][0].relayRing != 0; }
+  // Where the receiver's sizes[slot] is, through link l.
+  uint64_t remoteSizes(int l, int slot) const {
+    return links_[l].remoteCtrl + offsetof(RecvCtrl, sizes) + slot * sizeof(RecvCtrl::sizes[0]);
+  }
 
  private:
   struct Cursor {

@@ -34,6 +34,10 @@ struct HandshakeSettings {
   int peerTimeoutMs = 30000;   // keepalive on established connections; 0: off
 };
 
+// A TCP socket as the handshake uses them: non-blocking, close-on-exec, TCP_NODELAY (small
+// request/reply messages). -1 with errno on failure.
+int newTcpSocket();
+
 class Listener;
 class Connector;
 struct PendingAccept;

@@ -3,6 +3,8 @@
 // Pure code: no sockets, no logging. Addresses are held in host byte order.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <cstdint>
 #include <string>
 
@@ -20,6 +22,8 @@ uint32_t prefixMask(uint8_t prefixLen);
 bool sameSubnet(uint32_t a, uint32_t b, uint8_t prefixLen);
 // "198.18.0.1"
 std::string formatIpv4(uint32_t addr);
+// The socket address of `addr` (host byte order) and `port`.
+sockaddr_in ipv4SockAddr(uint32_t addr, uint16_t port);
 // "198.18.0.1/24"
 std::string formatPrefix(const Ipv4Prefix& p);
 // Strict dotted-quad parser; false on anything else.

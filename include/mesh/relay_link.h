@@ -129,7 +129,6 @@ class RelayFwdComm : public SendComm {
   ncclResult_t enqueue(const Op& op);
   // false: not now (credits); *failed when the op is impossible.
   bool postOp(const Op& op, bool* failed);
-  bool relayed(int slot) const { return ctrl()->fifo[slot][0].relayRing != 0; }
 
   static constexpr uint32_t kOpQueue = 256;  // > ring slots (64) + 2 ops x 32 groups
   Op ops_[kOpQueue];

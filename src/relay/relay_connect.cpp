@@ -146,22 +146,17 @@ ncclResult_t RelayConnector::stepCandidate() {
         }
       }
       deadline_ = now + std::chrono::milliseconds(settings_.timeoutMs);
-      fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      fd_ = newTcpSocket();
       if (fd_ < 0) {
         nextCandidate(std::string("socket: ") + strerror(errno));
         return ncclSuccess;
       }
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      if (local != 0) {
-        sa.sin_addr.s_addr = htonl(local);
-        if (bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-          nextCandidate(std::string("bind ") + formatIpv4(local) + ": " + strerror(errno));
-          return ncclSuccess;
-        }
+      sockaddr_in sa = ipv4SockAddr(local, 0);
+      if (local != 0 && bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+        nextCandidate(std::string("bind ") + formatIpv4(local) + ": " + strerror(errno));
+        return ncclSuccess;
       }
-      sa.sin_addr.s_addr = htonl(hop.route.nextHopAddr);
-      sa.sin_port = htons(static_cast<uint16_t>(settings_.port));
+      sa = ipv4SockAddr(hop.route.nextHopAddr, static_cast<uint16_t>(settings_.port));
       if (connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 && errno != EINPROGRESS) {
         nextCandidate(std::string("connect to the relay port: ") + strerror(errno));
         return ncclSuccess;

@@ -146,7 +146,7 @@ ncclResult_t RelayFwdComm::enqueue(const Op& op) {
 }
 
 ncclResult_t RelayFwdComm::beginGroup(int slot, int n, const uint64_t* sizes) {
-  if (!relayed(slot)) return ncclSuccess;  // a direct C gets the sizes with the final WRs
+  if (!relayedSlot(slot)) return ncclSuccess;  // a direct C gets the sizes with the final WRs
   for (int r = 0; r < n; ++r) ctrl()->sizesStage[slot][r] = sizes[r];
   Op op;
   op.kind = Op::Kind::Sizes;
@@ -196,7 +196,7 @@ ncclResult_t RelayFwdComm::pump() {
 bool RelayFwdComm::postOp(const Op& op, bool* failed) {
   const FifoSlot* slots = ctrl()->fifo[op.slot];
   const Qp& qp0 = qps_[0];
-  bool down = relayed(op.slot);
+  bool down = relayedSlot(op.slot);
   int need = op.kind == Op::Kind::Finish && !down ? nqps_ : 1;
   for (int q = 0; q < need; ++q) {
     if (qps_[q].credits < 1) return false;
@@ -209,8 +209,7 @@ bool RelayFwdComm::postOp(const Op& op, bool* failed) {
       sge.length = static_cast<uint32_t>(op.n * sizeof(uint64_t));
       sge.lkey = devs_[qp0.devSlot].ctrlMr->lkey;
       wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.wr.rdma.remote_addr =
-          links_[qp0.link].remoteCtrl + offsetof(RecvCtrl, sizes) + op.slot * sizeof(RecvCtrl::sizes[0]);
+      wr.wr.rdma.remote_addr = remoteSizes(qp0.link, op.slot);
       wr.wr.rdma.rkey = links_[qp0.link].remoteRkey;
       wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, op.slot, 0});
       *failed = postOne(0, wr, sge) != ncclSuccess;
@@ -256,7 +255,7 @@ bool RelayFwdComm::postOp(const Op& op, bool* failed) {
     *failed = postOne(0, wr, sge) != ncclSuccess;
     return true;
   }
-  bool viaSizes = op.n > 1 || ctrl()->sizesStage[op.slot][0] > 0x7fffffffu;
+  bool viaSizes = sizesViaArray(op.n, ctrl()->sizesStage[op.slot][0]);
   for (int q = 0; q < nqps_; ++q) {
     const Qp& qp = qps_[q];
     sge = ibv_sge();
@@ -268,8 +267,7 @@ bool RelayFwdComm::postOp(const Op& op, bool* failed) {
       sge.addr = reinterpret_cast<uintptr_t>(ctrl()->sizesStage[op.slot]);
       sge.length = static_cast<uint32_t>(op.n * sizeof(uint64_t));
       sge.lkey = devs_[qp.devSlot].ctrlMr->lkey;
-      wr.wr.rdma.remote_addr =
-          links_[qp.link].remoteCtrl + offsetof(RecvCtrl, sizes) + op.slot * sizeof(RecvCtrl::sizes[0]);
+      wr.wr.rdma.remote_addr = remoteSizes(qp.link, op.slot);
       wr.wr.rdma.rkey = links_[qp.link].remoteRkey;
     }
     wr.imm_data = htonl(viaSizes ? kImmViaSizes : static_cast<uint32_t>(ctrl()->sizesStage[op.slot][0]));

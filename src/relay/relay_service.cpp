@@ -99,12 +99,9 @@ void RelayService::abandon() {
 void RelayService::bindListeners(std::vector<int>* fds) {
   for (const LocalNic& nic : nics_) {
     for (const LocalAddress& a : nic.addrs) {
-      int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      int fd = newTcpSocket();
       int one = 1;
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_port = htons(static_cast<uint16_t>(settings_.port));
-      sa.sin_addr.s_addr = htonl(a.ip.addr);
+      sockaddr_in sa = ipv4SockAddr(a.ip.addr, static_cast<uint16_t>(settings_.port));
       if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
           bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 64) != 0) {
         int err = errno;

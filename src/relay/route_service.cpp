@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 
+#include "mesh/ipv4.h"
 #include "mesh/log.h"
 #include "mesh/relay_proto.h"
 
@@ -42,13 +43,7 @@ uint64_t nowMs() {
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
 }
 
-sockaddr_in makeAddr(uint32_t addr, int port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(addr);
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  return sa;
-}
+sockaddr_in makeAddr(uint32_t addr, int port) { return ipv4SockAddr(addr, static_cast<uint16_t>(port)); }
 
 std::string portLabel(const LocalNic& nic) {
   return nic.label.empty() ? "port " + std::to_string(nic.index) : nic.label;

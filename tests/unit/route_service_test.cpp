@@ -42,13 +42,7 @@ LocalNic nic(int index, const char* label, const char* addr, uint8_t len) {
   return n;
 }
 
-sockaddr_in udpTo(uint32_t addr, int port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(addr);
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  return sa;
-}
+sockaddr_in udpTo(uint32_t addr, int port) { return ipv4SockAddr(addr, static_cast<uint16_t>(port)); }
 
 // Polls cond every 10 ms until it holds or the deadline passes.
 bool waitFor(const std::function<bool()>& cond, milliseconds deadline = milliseconds(10000)) {
