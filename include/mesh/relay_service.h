@@ -111,6 +111,7 @@ class RelayService {
   bool stepSession(Session& s);  // false: the session is over
   void replyError(Session& s, RelayStatus status, const std::string& reason);
   void endLink(std::unique_ptr<RelayLink> link, const std::string& why);
+  bool stepLinks();  // one round over the links, ending failed ones; true if any moved
   void pinLibrary();
 
   const Discovery* disc_;

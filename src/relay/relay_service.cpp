@@ -24,6 +24,11 @@
 
 namespace mesh {
 
+namespace {
+// At exit, how long links whose ends are closing get to end cleanly (RelayService::run).
+constexpr std::chrono::milliseconds kExitDrain{250};
+}  // namespace
+
 using Clock = std::chrono::steady_clock;
 
 RelaySettings relaySettingsFrom(const Config& config) {
@@ -305,6 +310,23 @@ void RelayService::pinLibrary() {
             info.dli_fname);
 }
 
+bool RelayService::stepLinks() {
+  bool active = false;
+  for (size_t i = 0; i < links_.size();) {
+    bool moved = false;
+    ncclResult_t r = links_[i]->step(&moved);
+    active = active || moved;
+    if (r == ncclSuccess) {
+      ++i;
+      continue;
+    }
+    std::string why = links_[i]->failureText();
+    endLink(std::move(links_[i]), why);
+    links_.erase(links_.begin() + static_cast<long>(i));
+  }
+  return active;
+}
+
 void RelayService::run() {
   pthread_setname_np(pthread_self(), "mesh-relay");
   std::vector<int> lfds;
@@ -343,18 +365,7 @@ void RelayService::run() {
       sessions_.erase(sessions_.begin() + static_cast<long>(i));
       active = true;
     }
-    for (size_t i = 0; i < links_.size();) {
-      bool moved = false;
-      ncclResult_t r = links_[i]->step(&moved);
-      active = active || moved;
-      if (r == ncclSuccess) {
-        ++i;
-        continue;
-      }
-      std::string why = links_[i]->failureText();
-      endLink(std::move(links_[i]), why);
-      links_.erase(links_.begin() + static_cast<long>(i));
-    }
+    active = stepLinks() || active;
     if (active) {
       lastWork = Clock::now();
     } else if (spin) {
@@ -380,6 +391,13 @@ void RelayService::run() {
     close(s->fd);
   }
   sessions_.clear();
+  // A job ends on every node at about the same time: the ends of most links are closing
+  // their comms right now. Their closes get a moment to arrive (bounded), so that only
+  // connections still in use are reported as cut.
+  auto drainEnd = Clock::now() + kExitDrain;
+  while (!links_.empty() && Clock::now() < drainEnd) {
+    if (!stepLinks()) usleep(200);
+  }
   for (auto& l : links_) endLink(std::move(l), "the relay service is stopping (process exit)");
   links_.clear();
   for (int fd : lfds) close(fd);
