@@ -63,11 +63,18 @@ const ScenarioInfo kScenarios[] = {
      "[--cycles 20]          2 nodes: abandoned connect + dlclose + dlopen + init; nothing leaks"},
     {"fork", runFork, {"iters", "size"},
      "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
-    {"relay", runRelay, {"big", "messages", "outstanding", "check-relay-netdevs", "netdev-bytes"},
+    {"relay", runRelay, {"big", "messages", "outstanding", "check-relay-netdevs", "netdev-bytes", "patterns",
+                         "count", "alltoall-bytes", "iters"},
      "[--big 64M] [--messages 1000] [--outstanding 32]  >= 2 nodes, any topology (ring/line: relayed\n"
      "                  pairs): every ordered pair byte-exact; ip_forward must be 0\n"
      "                  [--check-relay-netdevs] [--netdev-bytes 4M]  lab ring/line: rank 0 -> rank 2's\n"
-     "                  bytes crossed the relay's netdevs from rank 0 and to rank 2"},
+     "                  bytes crossed the relay's netdevs from rank 0 and to rank 2\n"
+     "                  [--patterns LIST [--count N] [--alltoall-bytes B] [--iters I]]  then `patterns` on\n"
+     "                  the same comms"},
+    {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters"},
+     "[--patterns tree,pat,alltoall] [--count 263165] [--alltoall-bytes 1048579] [--iters 2]\n"
+     "                  every pair connected; NCCL's double-binary-tree all-reduce, PAT's +-2^k\n"
+     "                  reduce-scatter + all-gather (power-of-two ranks), all-to-all; exact"},
     {"relay-bench", runRelayBench, {"sizes", "bw-bytes", "window", "lat-iters", "idle-sleep-us"},
      "[--sizes 64K,1M,4M] [--bw-bytes 256M] [--window 8] [--lat-iters 1000]  ring >= 4 or line >= 3:\n"
      "                  [--idle-sleep-us 0]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed): 8 B latency,\n"

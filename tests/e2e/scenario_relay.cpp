@@ -24,6 +24,7 @@
 #include <fstream>
 
 #include "comm_setup.h"
+#include "patterns.h"
 #include "scenarios.h"
 #include "transfer.h"
 
@@ -420,6 +421,9 @@ std::string runRelay(Context& ctx) {
     fail("--outstanding %ld: expected 1 .. %d (requests per comm)", outstanding, kMaxRequests);
   }
   if (big < 0 || big > (1L << 30)) fail("--big %ld: expected 0 .. 1G (ncclNet v8 sizes are int)", big);
+  const bool patterns = ctx.opts.has("patterns");
+  PatternOptions patternOpts;
+  if (patterns) patternOpts = patternOptions(ctx);
 
   std::vector<int> peers = otherRanks(ctx);
   int uncabled = 0;
@@ -450,6 +454,7 @@ std::string runRelay(Context& ctx) {
   }
   std::string netdevs;
   if (checkNetdevs) netdevs = " relay_netdevs=" + checkRelayNetdevs(ctx, table, static_cast<size_t>(netdevSize));
+  if (patterns) netdevs += " " + runPatternsOn(ctx, table, patternOpts);
   closeAll(ctx, table);
   int pairs = ctx.nodes * (ctx.nodes - 1);
   return format("api=v%d topology=%s pairs=%d (this rank: %zu out, %zu in, %d without a cable) chunk=%zu "

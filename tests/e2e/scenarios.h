@@ -45,6 +45,8 @@ std::string runAbortReload(Context& ctx);
 std::string runFork(Context& ctx);
 // scenario_relay.cpp
 std::string runRelay(Context& ctx);
+// scenario_patterns.cpp
+std::string runPatterns(Context& ctx);
 // scenario_relay_bench.cpp
 std::string runRelayBench(Context& ctx);
 
