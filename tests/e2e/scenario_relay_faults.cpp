@@ -30,8 +30,9 @@
 //                   byte-exact within --bound (60 s); then X's receiver posts and X's 8
 //                   messages arrive.
 //   memcap          with NCCL_MESH_RELAY_MEM = one ring (4M), two 0->2 comms opened at once:
-//                   both connect through different relays, a relay logged the NoMemory
-//                   refusal ("relay memory cap reached"), and both move data byte-exact.
+//                   both connect, through different relays; a third finds both full and
+//                   fails within the connect timeout, naming "relay memory cap reached", which
+//                   both relays logged; the first two move data byte-exact.
 // The rank that dies (kill-relay, stop-relay: both neighbours, since B is known only once A
 // connected; kill-receiver: rank 2) runs in a forked child (needsChildGuard), so its test
 // process exits 0.
@@ -603,7 +604,10 @@ std::string runIsolation(Context& ctx, size_t size) {
 // ---- memcap ---------------------------------------------------------------------------------
 
 // NCCL_MESH_RELAY_MEM holds one connection's ring: two 0 -> 2 comms opened at once must both
-// connect, the second refused by the first relay (NoMemory) and going round the other way.
+// connect, through different relays (a relay that holds one refuses the next); a third, opened
+// once both are up, finds both relays full and must fail cleanly within the connect timeout,
+// each relay having logged its NoMemory refusal. (Which relay the first two take depends on
+// which routes the HELLOs had announced when they looked; the third does not.)
 std::string runMemcap(Context& ctx, size_t size) {
   const char* cap = getenv("NCCL_MESH_RELAY_MEM");
   if (cap == nullptr) fail("memcap: run with --env NCCL_MESH_RELAY_MEM=4M (one connection's ring)");
@@ -624,22 +628,57 @@ std::string runMemcap(Context& ctx, size_t size) {
   int v0 = -1, v1 = -1;
   std::string via = ctx.rv->fetch("memcap.via", ctx.deadline, "rank 0 naming its relays");
   if (sscanf(via.c_str(), "%d %d", &v0, &v1) != 2) fail("memcap: bad memcap.via '%s'", via.c_str());
+  if (v0 == v1) fail("memcap: both 0->2 connections went through rank %d; with NCCL_MESH_RELAY_MEM=%s it holds one", v0, cap);
+
+  // The third connection: both relays are full.
+  std::string third;
+  if (ctx.rank == kC) {
+    void* lc = listenAndPublish(ctx, "h.memcap.third", "memcap: third listener");
+    ctx.rv->fetch("memcap.third.done", ctx.deadline, "rank 0's third connect to end");
+    ctx.net.check(ctx.net->closeListen(lc), "closeListen", "memcap: third listener");
+  } else if (ctx.rank == kA) {
+    std::string handle = ctx.rv->fetch("h.memcap.third", ctx.deadline, "rank 2's third handle");
+    double bound = envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000) + 10;
+    size_t warnMark = ctx.net.logSize();
+    setPhase(format("memcap: a third 0->2 connect while both relays are full (must fail within %.0f s)", bound));
+    ConnectDriver driver(ctx);
+    PendingConn* p = driver.addConnect(kC, 0, handle, "connect rank0->rank2 #3 (both relays full)");
+    p->mayFail = true;
+    p->giveUp = Deadline(bound, "memcap third-connect bound");
+    driver.drive(ctx.deadline);
+    if (p->comm != nullptr) {
+      fail("memcap: a third 0->2 connect SUCCEEDED after %.2f s, with NCCL_MESH_RELAY_MEM=%s on relays already holding "
+           "one connection each", p->seconds(), cap);
+    }
+    if (p->timedOut) fail("memcap: the third 0->2 connect was still pending after %.0f s (%ld calls)", bound, p->calls);
+    if (!isPeerFailure(p->rc)) {
+      fail("memcap: the third connect failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)",
+           resultName(p->rc), ctx.net.lastWarn().c_str());
+    }
+    if (ctx.net.findWarn("relay memory cap reached", warnMark).empty()) {
+      fail("memcap: the third connect failed (%s) but no WARN gives the relays' reason 'relay memory cap reached' "
+           "(last WARN: %s)", resultName(p->rc), ctx.net.lastWarn().c_str());
+    }
+    third = format(" third_connect=%s third_s=%.2f", resultName(p->rc), p->seconds());
+    say("memcap: the third connect failed as expected in %.2f s with %s", p->seconds(), resultName(p->rc));
+    ctx.rv->publish("memcap.third.done", "");
+  } else {
+    ctx.rv->fetch("memcap.third.done", ctx.deadline, "rank 0's third connect to end");  // then count refusals
+  }
+
   // The relays' refusals: "relay: refused ...: relay memory cap reached: NCCL_MESH_RELAY_MEM=...".
   int refused = countLog(ctx, mark, "relay memory cap reached");
   if (ctx.rank == v0 || ctx.rank == v1) waitForLog(ctx, mark, "relay: relaying ", 10, "this rank relays a 0->2 connection");
   int relaying = countLog(ctx, mark, "relay: relaying ");
   ctx.rv->publish(format("memcap.refused.%d", ctx.rank), std::to_string(refused));
-  int refusedAll = 0;
   std::string refusedBy;
   for (int r = 0; r < 4; ++r) {
     int n = atoi(ctx.rv->fetch(format("memcap.refused.%d", r), ctx.deadline, format("rank %d's refusals", r)).c_str());
-    refusedAll += n;
     if (n > 0) refusedBy += format("%srank%d:%d", refusedBy.empty() ? "" : ",", r, n);
-  }
-  if (v0 == v1) fail("memcap: both 0->2 connections went through rank %d; with NCCL_MESH_RELAY_MEM=%s it holds one", v0, cap);
-  if (refusedAll == 0) {
-    fail("memcap: the connections went through ranks %d and %d but no relay logged a 'relay memory cap reached' "
-         "refusal (NCCL_MESH_RELAY_MEM=%s)", v0, v1, cap);
+    if ((r == v0 || r == v1) && n == 0) {
+      fail("memcap: rank %d relays one 0->2 connection but logged no 'relay memory cap reached' refusal of the "
+           "third (NCCL_MESH_RELAY_MEM=%s)", r, cap);
+    }
   }
   if ((ctx.rank == v0 || ctx.rank == v1) && relaying != 1) {
     fail("memcap: this rank relays one of the two connections but logged %d 'relay: relaying' lines", relaying);
@@ -667,8 +706,8 @@ std::string runMemcap(Context& ctx, size_t size) {
   } else {
     awaitDone(ctx, {kA, kC});
   }
-  return format("mode=memcap cap=%s relays=%d,%d refused_by=%s relaying_here=%d connect_s=%.2f messages=2x%llu of %zu "
-                "bytes byte-exact", cap, v0, v1, refusedBy.c_str(), relaying, connectSeconds,
+  return format("mode=memcap cap=%s relays=%d,%d refused_by=%s relaying_here=%d connect_s=%.2f%s messages=2x%llu of "
+                "%zu bytes byte-exact", cap, v0, v1, refusedBy.c_str(), relaying, connectSeconds, third.c_str(),
                 static_cast<unsigned long long>(messages), size);
 }
 

@@ -49,6 +49,15 @@ fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto
 fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- relay)
 # NCCL's ring on a line of cables: the wrap edge 3 -> 0 goes through two relays.
 fabric_scenario(allreduce_line4_relay 4 60 --topology line --env NCCL_MESH_RELAY=auto -- allreduce --pairs 4)
+# NCCL's other patterns as collectives (issue 15): the double binary tree's all-reduce (on 4
+# ranks both diagonals of the ring), PAT's +-1/+-2 reduce-scatter + all-gather and a 4-way
+# all-to-all, exact; on the 4-line 0 <-> 3 goes through two relays.
+fabric_scenario(patterns_full4 4 120 -- patterns)
+fabric_scenario(patterns_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- patterns)
+fabric_scenario(patterns_line4_v11 4 180 --topology line --env NCCL_MESH_RELAY=auto -- patterns --api v11)
+# 8-ring: the trees' edges reach distance 4 and PAT's +-4 (three relays).
+fabric_scenario(patterns_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3
+                -- patterns)
 fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3 -- relay --big 16M)
 # Issue 15's fault acceptance on the 4-ring: rank 0 -> rank 2 goes through rank 1 or 3 (B).
 # B killed or stopped mid-transfer, the receiver killed, 200 relayed connect/close cycles (no
@@ -66,9 +75,8 @@ fabric_scenario(relay_faults_finalize_v11 4 120 --topology ring --env NCCL_MESH_
 fabric_scenario(relay_faults_cut 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000
                 -- relay-faults --mode cut)
 # Two relayed comms through one relay: one stalled (its receiver posts nothing) must not hold
-# up the other; a relay memory cap of one ring (4M = 8 x 512K) sends a second 0->2 connect
-# round the other way after a NoMemory refusal (memcap: not registered yet, below).
+# up the other. A relay memory cap of one ring (4M = 8 x 512K): two 0->2 connects take both
+# relays, a third is refused by both (NoMemory) and fails within the connect timeout.
 fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode isolation)
-# relay_faults_memcap (--env NCCL_MESH_RELAY_MEM=4M --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 --
-# relay-faults --mode memcap) is not registered yet: 1 run in 3 sees no NoMemory refusal
-# (the two connects already spread over both relays), see the branch's commit message.
+fabric_scenario(relay_faults_memcap 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MEM=4M
+                --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- relay-faults --mode memcap)
