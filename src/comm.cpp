@@ -55,6 +55,14 @@ void Comm::freeRequest(Request* r) {
 
 // --- setup -------------------------------------------------------------------------------
 
+std::vector<int> Comm::localPorts() const {
+  std::vector<int> out;
+  for (const Link& l : links_) {
+    if (std::find(out.begin(), out.end(), l.route.localNic) == out.end()) out.push_back(l.route.localNic);
+  }
+  return out;
+}
+
 ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, HsMessage* local) {
   MESH_REQUIRE(!routes.empty() && routes.size() <= static_cast<size_t>(kMaxLinks), ncclInternalError,
                "connection needs 1..%d links, got %zu", kMaxLinks, routes.size());

@@ -24,19 +24,27 @@ struct ListenComm {
 
 // --- NetTables ------------------------------------------------------------------------------
 
-void NetTables::remember(const void* comm, Kind kind) {
+void NetTables::remember(const void* comm, Kind kind, const std::vector<int>& ports) {
   if (comm == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  live_[comm] = kind;
+  live_[comm] = Live{kind, ports};
+  for (int p : ports) ++sendsOnPort_[p];
 }
 
 ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(comm);
   MESH_REQUIRE(it != live_.end(), ncclInvalidUsage, "%s: %p is not an open comm (closed twice?)", what, comm);
-  MESH_REQUIRE(it->second == kind, ncclInvalidUsage, "%s: %p is a different kind of comm", what, comm);
+  MESH_REQUIRE(it->second.kind == kind, ncclInvalidUsage, "%s: %p is a different kind of comm", what, comm);
+  for (int p : it->second.ports) --sendsOnPort_[p];
   live_.erase(it);
   return ncclSuccess;
+}
+
+int NetTables::sendsOnPort(int port) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sendsOnPort_.find(port);
+  return it != sendsOnPort_.end() ? it->second : 0;
 }
 
 NetTables::PendingConnect NetTables::pendingConnect(const void* handle, uint64_t token) {
@@ -63,11 +71,12 @@ ncclResult_t closeComm(Comm* comm);
 }  // namespace
 
 void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
-  std::unordered_map<const void*, Kind> live;
+  std::unordered_map<const void*, Live> live;
   std::vector<PendingConnect> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live.swap(live_);
+    releaseStatic(sendsOnPort_);
     for (auto& kv : pending_) pending.push_back(std::move(kv.second));
     releaseStatic(pending_);  // this lives in static storage
   }
@@ -77,11 +86,11 @@ void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
   }
   for (auto& kv : live) {
     void* comm = const_cast<void*>(kv.first);
-    if (kv.second == Kind::Listen) {
+    if (kv.second.kind == Kind::Listen) {
       auto* lc = static_cast<ListenComm*>(comm);
       plugin->handshakerFor(lc->dev)->closeListener(lc->listener);
       delete lc;
-    } else if (kv.second == Kind::Send) {
+    } else if (kv.second.kind == Kind::Send) {
       closeComm(static_cast<SendComm*>(comm));  // NCCL holds the SendComm*/RecvComm* as void*
     } else {
       closeComm(static_cast<RecvComm*>(comm));
@@ -167,7 +176,7 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
   if (r != ncclSuccess || conn != nullptr) tables.endPendingConnect(handle);
   MESH_CHECK(r);
   *out = static_cast<SendComm*>(conn.release());
-  tables.remember(*out, NetTables::Kind::Send);
+  if (*out != nullptr) tables.remember(*out, NetTables::Kind::Send, (*out)->localPorts());
   return ncclSuccess;
 }
 

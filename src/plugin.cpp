@@ -283,6 +283,7 @@ std::vector<NextHop> Plugin::relayCandidates(const std::vector<HandleAddress>& p
     for (NodeId x : exclude) usable = usable && (h.route.nextHop == 0 || h.route.nextHop != x);
     if (usable && onNic) out.push_back(h);
   }
+  preferIdlePorts(&out, [this](int port) { return tables_.sendsOnPort(port); });
   return out;
 }
 

@@ -378,6 +378,16 @@ NextHopResult RouteTable::nextHops(const std::vector<HandleAddress>& peer) const
   return result;
 }
 
+void preferIdlePorts(std::vector<NextHop>* hops, const std::function<int(int localPort)>& sendsOnPort) {
+  std::vector<std::pair<NextHop, int>> keyed;
+  for (const NextHop& h : *hops) keyed.push_back({h, sendsOnPort(h.route.localPort)});
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first.route.hops, a.second) < std::make_pair(b.first.route.hops, b.second);
+  });
+  hops->clear();
+  for (const auto& k : keyed) hops->push_back(k.first);
+}
+
 std::vector<std::string> RouteTable::describe() const {
   std::vector<std::string> lines;
   for (const RelayRoute& r : routes_) {

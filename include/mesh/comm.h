@@ -203,6 +203,8 @@ class Comm : public PreparedConn {
   // (ibv_destroy_qp waits until the event is acknowledged); the next call fails.
   void markAsyncError(int eventType) { asyncEvent_.store(eventType, std::memory_order_release); }
   bool sender() const { return sender_; }
+  // The local ports (LocalNic::index) the comm's links leave on, each once.
+  std::vector<int> localPorts() const;
 
  protected:
   struct Link {

@@ -34,7 +34,9 @@ class NetTables {
  public:
   enum class Kind { Send, Recv, Listen };
 
-  void remember(const void* comm, Kind kind);
+  // `ports`: the local ports (LocalNic::index) a send comm's links leave on, counted until
+  // forget() (sendsOnPort; the relay's choice of direction, preferIdlePorts).
+  void remember(const void* comm, Kind kind, const std::vector<int>& ports = {});
   ncclResult_t forget(const void* comm, Kind kind, const char* what);
   struct PendingConnect {
     uint64_t token = 0;
@@ -48,6 +50,7 @@ class NetTables {
   // abandoned that one), for the caller to discard; an empty one otherwise.
   PendingConnect addPendingConnect(const void* handle, PendingConnect connect);
   void endPendingConnect(const void* handle);
+  int sendsOnPort(int port);
   // Plugin::shutdown(), after the reactor stopped: ends the pending connects (socket
   // closed, half-built comm released) and closes every comm NCCL left open. Returns how
   // many of each it found.
@@ -55,7 +58,12 @@ class NetTables {
 
  private:
   std::mutex mutex_;
-  std::unordered_map<const void*, Kind> live_;
+  struct Live {
+    Kind kind;
+    std::vector<int> ports;
+  };
+  std::unordered_map<const void*, Live> live_;
+  std::unordered_map<int, int> sendsOnPort_;
   std::unordered_map<const void*, PendingConnect> pending_;
 };
 

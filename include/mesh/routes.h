@@ -30,7 +30,9 @@
 //     index; then the lower next-hop address;
 //  2. per peer (nextHops): longest matching prefix for each peer address; then fewer hops;
 //     then the tie-break of 1; then the lower peer address; one entry per distinct
-//     (local port, next-hop address), the preferred first.
+//     (local port, next-hop address), the preferred first;
+//  3. at connect time (preferIdlePorts): among equally short ways, the local port with the
+//     fewest of this process's send connections.
 #pragma once
 
 #include <cstddef>
@@ -128,6 +130,13 @@ struct NextHopResult {
   std::string error;          // set when hops is empty
   bool ok() const { return !hops.empty(); }
 };
+
+// Orders candidates (as nextHops returns them) for a relayed connect: fewer relays first;
+// among those, the local port on which this process has the fewest send connections open
+// (`sendsOnPort`); otherwise the order given. NCCL's ring, launched in cable order, sends on
+// one cable direction of every node: this puts relayed traffic on the direction it leaves
+// idle. Stable and deterministic for the same loads.
+void preferIdlePorts(std::vector<NextHop>* hops, const std::function<int(int localPort)>& sendsOnPort);
 
 // One node's routing state. Not thread-safe: the owner (later the relay service's thread)
 // serializes calls.

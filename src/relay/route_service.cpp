@@ -411,13 +411,15 @@ void RouteService::Core::handleDatagram(uint32_t src, const uint8_t* data, size_
     warnLimited(src, "relay: route " + why);
     return;
   }
-  // Triggered update: a new neighbour hears from us now, not a period later, so two nodes
-  // converge in one round trip. Its answer finds us known, which ends the exchange.
+  // Triggered update: a new neighbour, or a route that changed, is announced now, not a
+  // period later, so a route N hops away is known in N round trips (NCCL connects right
+  // after init) rather than N periods. An answer that changes nothing ends the exchange;
+  // a lost link counts to at most NCCL_MESH_RELAY_MAX_HOPS.
   if (afterChange()) sendHellos();
 }
 
 // Logs what changed since the last call: neighbours that appeared or went, and the whole
-// table when any line differs. Returns whether a neighbour appeared.
+// table when any line differs. Returns whether a neighbour appeared or a route changed.
 bool RouteService::Core::afterChange() {
   std::vector<NeighbourLink> now;
   std::vector<std::string> lines;
@@ -443,12 +445,13 @@ bool RouteService::Core::afterChange() {
     if (current.count(n) == 0) say(n, "gone (silent or port down)");
   }
   known.swap(current);
-  if (lines != lastLines) {
+  bool routesChanged = lines != lastLines;
+  if (routesChanged) {
     MESH_INFO(NCCL_NET, "relay: route table of node %s, %zu route(s):", nodeText(self).c_str(), lines.size());
     for (const std::string& l : lines) MESH_INFO(NCCL_NET, "relay:   %s", l.c_str());
     lastLines.swap(lines);
   }
-  return appeared;
+  return appeared || routesChanged;
 }
 
 void RouteService::Core::warnLimited(uint32_t src, const std::string& what) {

@@ -71,10 +71,12 @@ const ScenarioInfo kScenarios[] = {
      "                  bytes crossed the relay's netdevs from rank 0 and to rank 2\n"
      "                  [--patterns LIST [--count N] [--alltoall-bytes B] [--iters I]]  then `patterns` on\n"
      "                  the same comms"},
-    {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters"},
+    {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters", "ring-first"},
      "[--patterns tree,pat,alltoall] [--count 263165] [--alltoall-bytes 1048579] [--iters 2]\n"
      "                  every pair connected; NCCL's double-binary-tree all-reduce, PAT's +-2^k\n"
-     "                  reduce-scatter + all-gather (power-of-two ranks), all-to-all; exact"},
+     "                  reduce-scatter + all-gather (power-of-two ranks), all-to-all; exact\n"
+     "                  [--ring-first]  ring of cables: ring comms first, then the relayed ones, which\n"
+     "                  must take the direction the ring leaves idle"},
     {"relay-bench", runRelayBench, {"sizes", "bw-bytes", "window", "lat-iters", "idle-sleep-us"},
      "[--sizes 64K,1M,4M] [--bw-bytes 256M] [--window 8] [--lat-iters 1000]  ring >= 4 or line >= 3:\n"
      "                  [--idle-sleep-us 0]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed): 8 B latency,\n"

@@ -16,6 +16,9 @@
 //             rank - d, receive from rank + d), each block its own tagged isend, the
 //             receiver's blocks one grouped irecv. Power-of-two N.
 //   alltoall  every rank sends a distinct block to every other rank, all at once.
+// With --ring-first (a ring of cables) the comms come up in NCCL's init order, ring first, and
+// every relayed connect must take the direction the ring leaves idle when both ways are equally
+// long (connectRingFirst).
 // The vector is --count floats (small integers: every partial sum is exact in float32);
 // blocks and halves have odd sizes by default so relay chunks end mid-element.
 #include <algorithm>
@@ -373,6 +376,61 @@ std::string edgeList(const std::set<std::pair<int, int>>& edges) {
   return out.str();
 }
 
+void merge(CommTable* into, CommTable&& from) {
+  for (auto& kv : from) {
+    PeerComms& d = (*into)[kv.first];
+    PeerComms& x = kv.second;
+    d.send.insert(d.send.end(), x.send.begin(), x.send.end());
+    d.recv.insert(d.recv.end(), x.recv.begin(), x.recv.end());
+    d.listen.insert(d.listen.end(), x.listen.begin(), x.listen.end());
+    d.connectSeconds.insert(d.connectSeconds.end(), x.connectSeconds.begin(), x.connectSeconds.end());
+    d.acceptSeconds.insert(d.acceptSeconds.end(), x.acceptSeconds.begin(), x.acceptSeconds.end());
+  }
+}
+
+// --ring-first on a ring of cables, the order NCCL connects at init: its ring (rank -> rank + 1,
+// direct) first, then the uncabled pairs (relayed), then the rest. Each relayed connect must
+// take the shorter way round; where both ways are equally long, the one the ring leaves idle
+// (through rank - 1: the ring sends on the cable to rank + 1). From the plugin's "relay:
+// connected to <peer> via <neighbour>" lines. Returns "peer:via" for each relayed peer.
+std::string connectRingFirst(Context& ctx, CommTable* table) {
+  if (ctx.topology != "ring" || ctx.nodes < 3) fail("--ring-first: run on a ring of 3 or more nodes (--topology ring)");
+  std::vector<int> uncabled, rest;
+  for (int p : otherRanks(ctx)) (cabled(ctx, ctx.rank, p) == 0 ? uncabled : rest).push_back(p);
+  *table = establish(ctx, {{ctx.next()}, {ctx.prev()}, 1, "patterns-ring"}, ctx.deadline);
+  ctx.barrier("patterns-ring-up");  // every rank's ring sends are open before any relayed connect
+  size_t mark = ctx.net.logSize();
+  merge(table, establish(ctx, {uncabled, uncabled, 1, "patterns-relayed"}, ctx.deadline));
+  std::map<int, int> via;  // relayed peer -> the neighbour its connect went through
+  for (const LogLine& l : ctx.net.logSince(mark)) {
+    size_t at = l.text.find("relay: connected to "), v = l.text.find(" via ");
+    if (at == std::string::npos || v == std::string::npos) continue;
+    std::string peer = l.text.substr(at + 20), hop = l.text.substr(v + 5);
+    via[labNodeOf(peer.substr(0, peer.find_first_of(" ,")))] = labNodeOf(hop.substr(0, hop.find_first_of(" ,(")));
+  }
+  std::string out;
+  for (int p : uncabled) {
+    int forward = ((p - ctx.rank) % ctx.nodes + ctx.nodes) % ctx.nodes, backward = ctx.nodes - forward;
+    int want = forward < backward ? ctx.next() : ctx.prev();
+    auto it = via.find(p);
+    if (it == via.end()) fail("--ring-first: rank %d's connect to rank %d logged no 'relay: connected to' line", ctx.rank, p);
+    if (it->second != want) {
+      fail("--ring-first: rank %d's relayed connect to rank %d went through rank %d; expected rank %d (%s)", ctx.rank, p,
+           it->second, want,
+           forward == backward ? "both ways equally long: the one the ring's sends to rank + 1 leave idle"
+                               : "the shorter way round");
+    }
+    out += format("%s%d:via%d", out.empty() ? "" : ",", p, it->second);
+  }
+  std::vector<int> sendRest, recvRest;
+  for (int p : rest) {
+    if (p != ctx.next()) sendRest.push_back(p);
+    if (p != ctx.prev()) recvRest.push_back(p);
+  }
+  merge(table, establish(ctx, {sendRest, recvRest, 1, "patterns-rest"}, ctx.deadline));
+  return out.empty() ? "-" : out;
+}
+
 }  // namespace
 
 PatternOptions patternOptions(const Context& ctx) {
@@ -432,15 +490,22 @@ std::string runPatterns(Context& ctx) {
   int uncabled = 0;
   for (int p : peers) uncabled += cabled(ctx, ctx.rank, p) == 0 ? 1 : 0;
   Clock::time_point t0 = Clock::now();
-  CommTable table = establish(ctx, {peers, peers, 1, "patterns"}, ctx.deadline);
+  CommTable table;
+  std::string directions;
+  if (ctx.opts.has("ring-first")) {
+    directions = " relayed_via=" + connectRingFirst(ctx, &table);
+  } else {
+    table = establish(ctx, {peers, peers, 1, "patterns"}, ctx.deadline);
+  }
   double upSeconds = secondsSince(t0);
   say("patterns: %zu send + %zu recv comms up in %.2f s (%d peers without a cable)", peers.size(), peers.size(),
       upSeconds, uncabled);
   std::string figures = runPatternsOn(ctx, table, o);
   closeAll(ctx, table);
   ctx.barrier("patterns-closed");  // a rank relaying others' comms stays until they closed them
-  return format("api=v%d topology=%s uncabled_peers=%d connect_s=%.2f %s", ctx.api,
-                ctx.topology.empty() ? "?" : ctx.topology.c_str(), uncabled, upSeconds, figures.c_str());
+  return format("api=v%d topology=%s uncabled_peers=%d connect_s=%.2f%s %s", ctx.api,
+                ctx.topology.empty() ? "?" : ctx.topology.c_str(), uncabled, upSeconds, directions.c_str(),
+                figures.c_str());
 }
 
 }  // namespace e2e

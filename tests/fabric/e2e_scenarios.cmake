@@ -51,13 +51,14 @@ fabric_scenario(relay_line4 4 180 --topology line --env NCCL_MESH_RELAY=auto -- 
 fabric_scenario(allreduce_line4_relay 4 60 --topology line --env NCCL_MESH_RELAY=auto -- allreduce --pairs 4)
 # NCCL's other patterns as collectives (issue 15): the double binary tree's all-reduce (on 4
 # ranks both diagonals of the ring), PAT's +-1/+-2 reduce-scatter + all-gather and a 4-way
-# all-to-all, exact; on the 4-line 0 <-> 3 goes through two relays.
+# all-to-all, exact; on the 4-line 0 <-> 3 goes through two relays. --ring-first: NCCL's ring
+# connects first, and the relayed connects must use the cable direction it leaves idle.
 fabric_scenario(patterns_full4 4 120 -- patterns)
-fabric_scenario(patterns_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- patterns)
+fabric_scenario(patterns_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- patterns --ring-first)
 fabric_scenario(patterns_line4_v11 4 180 --topology line --env NCCL_MESH_RELAY=auto -- patterns --api v11)
 # 8-ring: the trees' edges reach distance 4 and PAT's +-4 (three relays).
 fabric_scenario(patterns_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3
-                -- patterns)
+                -- patterns --ring-first)
 fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3 -- relay --big 16M)
 # Issue 15's fault acceptance on the 4-ring: rank 0 -> rank 2 goes through rank 1 or 3 (B).
 # B killed or stopped mid-transfer, the receiver killed, 200 relayed connect/close cycles (no

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <random>
 #include <set>
 
@@ -303,6 +304,51 @@ TEST(Routes, RingDiagonalHasTwoWaysPreferredByNodeId) {
   ASSERT_TRUE(direct.ok());
   EXPECT_EQ(direct.hops[0].route.hops, 0);
   EXPECT_EQ(direct.hops[0].route.source, RouteSource::Attached);
+}
+
+// NCCL's ring in cable order 0 -> 1 -> 2 -> 3 -> 0 loads node 0's port towards 1; node 0's
+// relayed connects then leave on the other cable, in the direction the ring leaves idle.
+TEST(Routes, RelayedConnectsPreferThePortWithFewerSendsAmongEquallyShortWays) {
+  Mesh mesh(4, ring(4));
+  mesh.converge();
+  std::vector<NextHop> hops = mesh.table(0).nextHops(mesh.handle(2)).hops;
+  ASSERT_EQ(hops.size(), 2u);
+  const int toOne = hops[0].route.localPort, toThree = hops[1].route.localPort;
+  ASSERT_EQ(hops[0].route.nextHop, nodeId(1));
+  std::map<int, int> sends;
+  auto load = [&sends](int port) { return sends[port]; };
+
+  std::vector<NextHop> idle = hops;
+  preferIdlePorts(&idle, load);
+  EXPECT_EQ(idle[0].route.nextHop, nodeId(1)) << "no sends anywhere: the table's order";
+
+  sends[toOne] = 2;  // the ring's sends to node 1
+  std::vector<NextHop> loaded = hops;
+  preferIdlePorts(&loaded, load);
+  EXPECT_EQ(loaded[0].route.nextHop, nodeId(3));
+  EXPECT_EQ(loaded[1].route.nextHop, nodeId(1));
+
+  sends[toThree] = 2;  // equal again: the table's order
+  std::vector<NextHop> equal = hops;
+  preferIdlePorts(&equal, load);
+  EXPECT_EQ(equal[0].route.nextHop, nodeId(1));
+}
+
+TEST(Routes, FewerRelaysStillWinOverAnIdlePort) {
+  auto way = [](int port, int hops) {
+    NextHop h;
+    h.route.localPort = port;
+    h.route.hops = hops;
+    h.route.nextHopAddr = 0xc6120000u + static_cast<uint32_t>(port);
+    return h;
+  };
+  std::vector<NextHop> hops{way(0, 1), way(1, 3), way(2, 1)};
+  std::map<int, int> sends{{0, 5}, {1, 0}, {2, 1}};
+  preferIdlePorts(&hops, [&sends](int port) { return sends[port]; });
+  ASSERT_EQ(hops.size(), 3u);
+  EXPECT_EQ(hops[0].route.localPort, 2) << "one relay, fewer sends";
+  EXPECT_EQ(hops[1].route.localPort, 0) << "one relay, busier";
+  EXPECT_EQ(hops[2].route.localPort, 1) << "three relays: last, however idle";
 }
 
 TEST(Routes, TableDoesNotDependOnTheOrderHellosArrive) {
