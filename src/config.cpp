@@ -196,8 +196,8 @@ bool parsePortRange(const std::string& text, int* lo, int* hi) {
 
 Setting portRangeSetting() {
   return {{"NCCL_MESH_PORT_RANGE", "",
-           "TCP port range 'lo-hi' for the handshake listener, e.g. to match a firewall rule; "
-           "empty = an ephemeral port"},
+           "TCP port range 'lo-hi' for the handshake listeners (NCCL's listen comms and the relay's leg "
+           "listeners), e.g. to match a firewall rule; empty = an ephemeral port"},
           "lo-hi with 1 <= lo <= hi <= 65535",
           [](const std::string& text, Config* c) {
             return parsePortRange(text, &c->portMin, &c->portMax);

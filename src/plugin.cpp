@@ -203,17 +203,22 @@ CommSettings Plugin::commSettings() const {
   return s;
 }
 
-void Plugin::buildConnectionMachinery() {
-  if (netDevices_.empty()) return;
-  std::vector<Registrar> registrars;
-  for (const auto& dev : discovery_.devices) registrars.push_back(verbsRegistrar(dev.get()));
-  registry_ = std::make_unique<MrRegistry>(std::move(registrars));
+HandshakeSettings Plugin::handshakeSettings() const {
   HandshakeSettings hs;
   hs.timeoutMs = config_.connectTimeoutMs;
   hs.peerTimeoutMs = config_.peerTimeoutMs;
   hs.listenAny = config_.listenAddr == "any";
   hs.portMin = config_.portMin;
   hs.portMax = config_.portMax;
+  return hs;
+}
+
+void Plugin::buildConnectionMachinery() {
+  if (netDevices_.empty()) return;
+  std::vector<Registrar> registrars;
+  for (const auto& dev : discovery_.devices) registrars.push_back(verbsRegistrar(dev.get()));
+  registry_ = std::make_unique<MrRegistry>(std::move(registrars));
+  HandshakeSettings hs = handshakeSettings();
   for (const NetDevice& d : netDevices_) {
     std::vector<int> filter;
     if (config_.devices == DeviceMode::Port) filter = d.ports;
@@ -249,9 +254,8 @@ void Plugin::startRelay() {
   if (config_.relay != RelayMode::Auto || netDevices_.empty()) return;
   // Every mesh port of the node, whatever NCCL_MESH_DEVICES splits NCCL's devices into.
   std::vector<LocalNic> nics = RdmaTransport(&discovery_, commSettings()).localNics();
-  HandshakeSettings hs;
-  hs.timeoutMs = config_.connectTimeoutMs;
-  hs.peerTimeoutMs = config_.peerTimeoutMs;
+  // The relay's leg listeners: on mesh addresses only, in NCCL_MESH_PORT_RANGE like NCCL's.
+  HandshakeSettings hs = handshakeSettings();
   hs.listenAny = false;
   nodeId_ = nodeIdFromPorts(nics);
   RelayLookup lookup = [this, nics](const std::vector<HandleAddress>& peer, const std::vector<NodeId>& exclude) {

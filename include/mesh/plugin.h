@@ -71,6 +71,7 @@ class Plugin {
   std::vector<NextHop> relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
                                        const std::vector<NodeId>& exclude);
   RelayConnectSettings relayConnectSettings() const;
+  HandshakeSettings handshakeSettings() const;  // NCCL_MESH_* timeouts, listen address, port range
   RelayService* relayService() { return relay_.get(); }
 
  private:
