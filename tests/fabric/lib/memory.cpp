@@ -16,14 +16,48 @@
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
+#if defined(__SANITIZE_THREAD__)
+#define MESHFAB_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MESHFAB_TSAN 1
+#endif
+#endif
+
+#ifdef MESHFAB_TSAN
+// The TSan runtime's dynamic annotations: accesses between Begin and End are not recorded.
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
+#endif
+
 namespace meshfab {
 
+namespace {
+// The emulated DMA engine's copy. Under TSan it is not recorded at all: the NIC is not a
+// thread of the program on hardware (tests/fabric/tsan.supp says why). The suppressions
+// there stay as a second line, but they match only while the writer's stack is still in
+// TSan's history, which long runs (many comms, many relayed chunks) outlive.
+inline void dmaCopy(void* dst, const void* src, size_t n) {
+#ifdef MESHFAB_TSAN
+  AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+  AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+  memcpy(dst, src, n);
+  AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+  AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+}  // namespace
+
 __attribute__((noinline)) void dmaWrite(void* dst, const void* src, size_t n) {
-  if (n != 0) memcpy(dst, src, n);
+  if (n != 0) dmaCopy(dst, src, n);
 }
 
 __attribute__((noinline)) void dmaRead(void* dst, const void* src, size_t n) {
-  if (n != 0) memcpy(dst, src, n);
+  if (n != 0) dmaCopy(dst, src, n);
 }
 
 Mr* Fabric::findMr(uint32_t key) const {
