@@ -71,16 +71,18 @@ const ScenarioInfo kScenarios[] = {
      "                  bytes crossed the relay's netdevs from rank 0 and to rank 2\n"
      "                  [--patterns LIST [--count N] [--alltoall-bytes B] [--iters I]]  then `patterns` on\n"
      "                  the same comms"},
-    {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters", "ring-first"},
+    {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters", "ring-first", "check-port-range"},
      "[--patterns tree,pat,alltoall] [--count 263165] [--alltoall-bytes 1048579] [--iters 2]\n"
      "                  every pair connected; NCCL's double-binary-tree all-reduce, PAT's +-2^k\n"
      "                  reduce-scatter + all-gather (power-of-two ranks), all-to-all; exact\n"
      "                  [--ring-first]  ring of cables: ring comms first, then the relayed ones, which\n"
-     "                  must take the direction the ring leaves idle"},
-    {"relay-bench", runRelayBench, {"sizes", "bw-bytes", "window", "lat-iters", "idle-sleep-us"},
+     "                  must take the direction the ring leaves idle\n"
+     "                  [--check-port-range]  with NCCL_MESH_PORT_RANGE: every TCP socket of the process\n"
+     "                  (relay legs too) listens in it or on the relay port, or is connected to one that does"},
+    {"relay-bench", runRelayBench, {"sizes", "bw-bytes", "window", "lat-iters", "idle-sleep-us", "rounds"},
      "[--sizes 64K,1M,4M] [--bw-bytes 256M] [--window 8] [--lat-iters 1000]  ring >= 4 or line >= 3:\n"
-     "                  [--idle-sleep-us 0]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed): 8 B latency,\n"
-     "                  bandwidth, ratios"},
+     "                  [--idle-sleep-us 0] [--rounds 3]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed):\n"
+     "                  8 B latency, bandwidth (best of the rounds), ratios; and 0 -> 1 with 1 -> 2 at once"},
     {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
      "--mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut [--count 200]\n"
      "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},

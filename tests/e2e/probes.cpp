@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "e2e_util.h"
@@ -278,6 +279,44 @@ std::vector<std::string> labDevicesTowards(int peer) {
   std::string prefix = devicePrefix();
   for (const std::string& name : rdmaDeviceNames()) {
     if (name.rfind(prefix, 0) == 0 && isNetdevTowards(name.substr(prefix.size()), peer)) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<TcpSocket> ownTcpSockets() {
+  std::set<unsigned long> inodes;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char link[64] = {};
+      std::string path = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+      unsigned long inode = 0;
+      if (n > 0 && sscanf(link, "socket:[%lu]", &inode) == 1) inodes.insert(inode);
+    }
+    closedir(d);
+  }
+  std::vector<TcpSocket> out;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      // "  0: 0100007F:A1B2 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 12345 ..."
+      char local[64] = {}, remote[64] = {};
+      unsigned state = 0;
+      unsigned long inode = 0;
+      if (sscanf(line.c_str(), "%*d: %63s %63s %x %*s %*s %*s %*d %*d %lu", local, remote, &state, &inode) != 4) continue;
+      if (inodes.count(inode) == 0) continue;
+      const char* lp = strrchr(local, ':');
+      const char* rp = strrchr(remote, ':');
+      if (lp == nullptr || rp == nullptr) continue;
+      TcpSocket t;
+      t.localPort = static_cast<int>(strtol(lp + 1, nullptr, 16));
+      t.remotePort = static_cast<int>(strtol(rp + 1, nullptr, 16));
+      t.listening = state == 0x0A;
+      t.established = state == 0x01;
+      out.push_back(t);
+    }
   }
   return out;
 }

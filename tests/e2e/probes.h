@@ -44,4 +44,14 @@ std::vector<std::string> retransmitCounters();
 // rxe_p<peer>b, ... (fab_p<peer>, ... on the fabric; sorted).
 std::vector<std::string> labDevicesTowards(int peer);
 
+// This process's TCP sockets (IPv4 and IPv6): /proc/self/fd's socket inodes looked up in
+// /proc/self/net/tcp and tcp6 (the network namespace's table).
+struct TcpSocket {
+  int localPort = 0;
+  int remotePort = 0;
+  bool listening = false;
+  bool established = false;
+};
+std::vector<TcpSocket> ownTcpSockets();
+
 }  // namespace e2e

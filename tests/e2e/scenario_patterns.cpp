@@ -22,6 +22,7 @@
 // The vector is --count floats (small integers: every partial sum is exact in float32);
 // blocks and halves have odd sizes by default so relay chunks end mid-element.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -29,6 +30,7 @@
 
 #include "comm_setup.h"
 #include "patterns.h"
+#include "probes.h"
 #include "scenarios.h"
 #include "transfer.h"
 
@@ -431,6 +433,41 @@ std::string connectRingFirst(Context& ctx, CommTable* table) {
   return out.empty() ? "-" : out;
 }
 
+// --check-port-range: with NCCL_MESH_PORT_RANGE=lo-hi every TCP socket of this process (the
+// plugin's and its relay thread's) is a listener in the range or on NCCL_MESH_RELAY_PORT, or a
+// connection one of whose ends is: nothing listens on an ephemeral port, not even a relay's
+// one-shot listener for a leg. Returns the counts.
+std::string checkPortRange() {
+  const char* range = getenv("NCCL_MESH_PORT_RANGE");
+  int lo = 0, hi = 0;
+  if (range == nullptr || sscanf(range, "%d-%d", &lo, &hi) != 2 || lo < 1 || hi < lo) {
+    fail("--check-port-range: run with NCCL_MESH_PORT_RANGE=lo-hi (got '%s')", range != nullptr ? range : "(unset)");
+  }
+  const char* rp = getenv("NCCL_MESH_RELAY_PORT");
+  const int relayPort = rp != nullptr ? atoi(rp) : 41517;
+  auto fixed = [&](int port) { return (port >= lo && port <= hi) || port == relayPort; };
+  int listening = 0, connected = 0;
+  std::string bad;
+  for (const TcpSocket& t : ownTcpSockets()) {
+    if (t.listening) {
+      ++listening;
+      if (!fixed(t.localPort)) bad += format(" listening on %d;", t.localPort);
+    } else if (t.established) {
+      ++connected;
+      if (!fixed(t.localPort) && !fixed(t.remotePort)) bad += format(" %d <-> %d;", t.localPort, t.remotePort);
+    }
+  }
+  if (!bad.empty()) {
+    fail("--check-port-range: with NCCL_MESH_PORT_RANGE=%d-%d (relay port %d) these TCP sockets of this process use "
+         "neither:%s", lo, hi, relayPort, bad.c_str());
+  }
+  if (listening == 0 || connected == 0) {
+    fail("--check-port-range: %d listening and %d connected TCP sockets found; expected some of each", listening,
+         connected);
+  }
+  return format(" port_range=%d-%d listening=%d connected=%d", lo, hi, listening, connected);
+}
+
 }  // namespace
 
 PatternOptions patternOptions(const Context& ctx) {
@@ -498,6 +535,10 @@ std::string runPatterns(Context& ctx) {
     table = establish(ctx, {peers, peers, 1, "patterns"}, ctx.deadline);
   }
   double upSeconds = secondsSince(t0);
+  if (ctx.opts.has("check-port-range")) {
+    ctx.barrier("patterns-ports");  // every relay has served its legs
+    directions += checkPortRange();
+  }
   say("patterns: %zu send + %zu recv comms up in %.2f s (%d peers without a cable)", peers.size(), peers.size(),
       upSeconds, uncabled);
   std::string figures = runPatternsOn(ctx, table, o);

@@ -55,7 +55,10 @@ fabric_scenario(allreduce_line4_relay 4 60 --topology line --env NCCL_MESH_RELAY
 # connects first, and the relayed connects must use the cable direction it leaves idle.
 fabric_scenario(patterns_full4 4 120 -- patterns)
 fabric_scenario(patterns_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- patterns --ring-first)
-fabric_scenario(patterns_line4_v11 4 180 --topology line --env NCCL_MESH_RELAY=auto -- patterns --api v11)
+# The 4-line also pins NCCL_MESH_PORT_RANGE: every listener, the relays' leg listeners of a
+# two-relay path included, in the range (or on the relay port).
+fabric_scenario(patterns_line4_v11 4 180 --topology line --env NCCL_MESH_RELAY=auto --env NCCL_MESH_PORT_RANGE=20000-20999
+                -- patterns --api v11 --check-port-range)
 # 8-ring: the trees' edges reach distance 4 and PAT's +-4 (three relays).
 fabric_scenario(patterns_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3
                 -- patterns --ring-first)
