@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "transfer.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -200,7 +202,13 @@ void Engine::run(std::vector<Op>& ops, const Deadline& deadline, const EngineOpt
       fail("transfers not complete before the deadline (%s): %s", deadline.what().c_str(),
            pendingSummary(ops).c_str());
     }
-    if (!progress) pollPause(50);
+    if (!progress) {
+      if (opt.idleSleepUs > 0) {
+        pollPause(opt.idleSleepUs);
+      } else {
+        sched_yield();
+      }
+    }
   }
 }
 

@@ -67,6 +67,8 @@ Op recvOp(void* comm, void* data, int size, int tag, void* mh, std::string label
 struct EngineOptions {
   int window = kMaxRequests;  // outstanding requests per comm
   bool shuffleTests = false;  // poll test() in a random order each sweep
+  int idleSleepUs = 50;       // after a sweep that moved nothing: sleep; 0: sched_yield()
+                              // (spin as NCCL's proxy does, for benchmarks)
 };
 
 class Engine {
