@@ -25,6 +25,13 @@
 #   ring4-ring      4-node ring (no diagonals), NCCL_ALGO=Ring, ranks in cable order
 #   ring4-default   the same ring without NCCL_ALGO (what breaks, and how)
 #   ring4-ib        stock NCCL IB on the ring with NCCL_ALGO=Ring
+#   ring4-relay     the 4-node ring with the relay (NCCL_MESH_RELAY=auto), NCCL's own choice
+#                   of algorithms (ring, tree, PAT), runtime connect off (every pair at init,
+#                   NCCL's ring first): every collective, every result checked
+#   line4-relay     a 4-node line with the relay (NCCL's ring wrap 3 -> 0: two relays)
+#   relay-bench     no NCCL: tests/e2e's relay-bench on the 4-ring (rank 0 -> 1 direct, 0 -> 2
+#                   relayed, 0 -> 1 with 1 -> 2 at once), 1 GiB per stream, best of 3; on a
+#                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
 #
 #   scripts/nccl-e2e.sh [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
 #                       [--plugin PATH] [--dropin DIR] [--rehearse]
@@ -48,9 +55,10 @@ QUICK=0
 REHEARSE=0
 PYTHON=${PYTHON:-python3}
 MAX_BYTES=256M
-ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-channels ring4-ring ring4-default ring4-ib)
+ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-channels ring4-ring ring4-default ring4-ib
+               ring4-relay line4-relay relay-bench)
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -132,6 +140,31 @@ run_scenario() {
   return 0
 }
 
+# relay-bench: mesh_e2e on the fabric, no NCCL and no GPU; its figures go to the summary.
+run_relay_bench() {
+  case ",$ONLY," in ",," | *",relay-bench,"*) ;; *) return 0 ;; esac
+  local e2e log=$OUT_DIR/relay-bench.log start=$SECONDS rc line
+  e2e=$(cd "$(dirname "$PLUGIN")" && pwd)/tests/e2e/mesh_e2e
+  say "== relay-bench: 4 nodes (ring), figures only"
+  if [ ! -x "$e2e" ]; then
+    say "relay-bench: $e2e is missing (cmake --build build --target mesh_e2e)"
+    FAILED+=(relay-bench)
+    return 0
+  fi
+  "$REPO/scripts/fabric-net" run --nodes 4 --topology ring --timeout 400 --env NCCL_MESH_RELAY=auto -- \
+    env "LD_LIBRARY_PATH=$(dirname "$e2e")/../.." "NCCL_MESH_IBVERBS_LIB=$DROPIN/libibverbs.so.1" \
+    "$e2e" relay-bench --bw-bytes 1G --rounds 3 --deadline 350 >"$log" 2>&1
+  rc=$?
+  line=$(grep -o 'PASS relay-bench rank=0 .*' "$log" | head -1)
+  if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
+    say "relay-bench: FAILED (exit $rc, $((SECONDS - start)) s; log: $log)"
+    FAILED+=(relay-bench)
+  else
+    say "relay-bench: $line"
+    echo "relay-bench ($((SECONDS - start)) s): $line" >>"$OUT_DIR/summary.txt"
+  fi
+}
+
 main() {
   check_prereqs
   DRIVER_EXTRA=() REPORT_EXTRA=()
@@ -167,6 +200,11 @@ main() {
     --colls all_reduce,all_gather,alltoall --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90
   run_scenario ring4-ib 4 ring 300 record "${ib[@]}" --env NCCL_ALGO=Ring -- \
     --colls all_reduce --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90
+  run_scenario ring4-relay 4 ring 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto --env NCCL_RUNTIME_CONNECT=0 -- \
+    --colls "$colls_all" "${sizes[@]}"
+  run_scenario line4-relay 4 line 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto -- \
+    --colls "$colls_all" "${sizes[@]}"
+  run_relay_bench  # no NCCL and no GPU: the same under --rehearse
 
   python3 "$REPO/scripts/nccl_e2e_report.py" tables --dir "$OUT_DIR" | tee "$OUT_DIR/tables.txt"
   echo
