@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "mesh/net.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -28,7 +30,6 @@ void NetTables::remember(const void* comm, Kind kind, const std::vector<int>& po
   if (comm == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   live_[comm] = Live{kind, ports};
-  for (int p : ports) ++sendsOnPort_[p];
 }
 
 ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
@@ -36,15 +37,15 @@ ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
   auto it = live_.find(comm);
   MESH_REQUIRE(it != live_.end(), ncclInvalidUsage, "%s: %p is not an open comm (closed twice?)", what, comm);
   MESH_REQUIRE(it->second.kind == kind, ncclInvalidUsage, "%s: %p is a different kind of comm", what, comm);
-  for (int p : it->second.ports) --sendsOnPort_[p];
   live_.erase(it);
   return ncclSuccess;
 }
 
 int NetTables::sendsOnPort(int port) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sendsOnPort_.find(port);
-  return it != sendsOnPort_.end() ? it->second : 0;
+  int n = 0;
+  for (const auto& kv : live_) n += static_cast<int>(std::count(kv.second.ports.begin(), kv.second.ports.end(), port));
+  return n;
 }
 
 NetTables::PendingConnect NetTables::pendingConnect(const void* handle, uint64_t token) {
@@ -76,7 +77,6 @@ void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live.swap(live_);
-    releaseStatic(sendsOnPort_);
     for (auto& kv : pending_) pending.push_back(std::move(kv.second));
     releaseStatic(pending_);  // this lives in static storage
   }

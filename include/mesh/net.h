@@ -34,7 +34,7 @@ class NetTables {
  public:
   enum class Kind { Send, Recv, Listen };
 
-  // `ports`: the local ports (LocalNic::index) a send comm's links leave on, counted until
+  // `ports`: the local ports (LocalNic::index) a send comm's links leave on, kept until
   // forget() (sendsOnPort; the relay's choice of direction, preferIdlePorts).
   void remember(const void* comm, Kind kind, const std::vector<int>& ports = {});
   ncclResult_t forget(const void* comm, Kind kind, const char* what);
@@ -50,6 +50,7 @@ class NetTables {
   // abandoned that one), for the caller to discard; an empty one otherwise.
   PendingConnect addPendingConnect(const void* handle, PendingConnect connect);
   void endPendingConnect(const void* handle);
+  // Open send comms leaving on `port` (a scan: called once per relayed connect candidate).
   int sendsOnPort(int port);
   // Plugin::shutdown(), after the reactor stopped: ends the pending connects (socket
   // closed, half-built comm released) and closes every comm NCCL left open. Returns how
@@ -63,7 +64,6 @@ class NetTables {
     std::vector<int> ports;
   };
   std::unordered_map<const void*, Live> live_;
-  std::unordered_map<int, int> sendsOnPort_;
   std::unordered_map<const void*, PendingConnect> pending_;
 };
 
