@@ -115,6 +115,22 @@ bool same(const Snapshot& a, const Snapshot& b) {
 }
 }  // namespace
 
+std::vector<RelayedConnect> relayedConnects(Context& ctx, size_t mark) {
+  static const std::string kConnected = "relay: connected to ", kVia = " via ";
+  std::vector<RelayedConnect> out;
+  for (const LogLine& l : ctx.net.logSince(mark)) {
+    size_t at = l.text.find(kConnected), via = l.text.find(kVia);
+    if (at == std::string::npos || via == std::string::npos) continue;
+    std::string target = l.text.substr(at + kConnected.size()), relay = l.text.substr(via + kVia.size());
+    RelayedConnect c;
+    c.target = labNodeOf(target.substr(0, target.find_first_of(" ,")));
+    c.via = labNodeOf(relay.substr(0, relay.find_first_of(" ,(")));
+    c.line = l.text;
+    out.push_back(c);
+  }
+  return out;
+}
+
 Snapshot stableSnapshot(double seconds) {
   Deadline d(seconds, "resource counts to settle");
   Snapshot prev = takeSnapshot();

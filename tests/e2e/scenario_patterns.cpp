@@ -404,12 +404,7 @@ std::string connectRingFirst(Context& ctx, CommTable* table) {
   size_t mark = ctx.net.logSize();
   merge(table, establish(ctx, {uncabled, uncabled, 1, "patterns-relayed"}, ctx.deadline));
   std::map<int, int> via;  // relayed peer -> the neighbour its connect went through
-  for (const LogLine& l : ctx.net.logSince(mark)) {
-    size_t at = l.text.find("relay: connected to "), v = l.text.find(" via ");
-    if (at == std::string::npos || v == std::string::npos) continue;
-    std::string peer = l.text.substr(at + 20), hop = l.text.substr(v + 5);
-    via[labNodeOf(peer.substr(0, peer.find_first_of(" ,")))] = labNodeOf(hop.substr(0, hop.find_first_of(" ,(")));
-  }
+  for (const RelayedConnect& c : relayedConnects(ctx, mark)) via[c.target] = c.via;
   std::string out;
   for (int p : uncabled) {
     int forward = ((p - ctx.rank) % ctx.nodes + ctx.nodes) % ctx.nodes, backward = ctx.nodes - forward;

@@ -92,24 +92,18 @@ int countLog(Context& ctx, size_t mark, const std::string& needle) {
 // The neighbour carrying this rank's last relayed connect, from its INFO line
 // "relay: connected to <target> via <addr> (relayed)" logged since `mark`.
 int relayFromLog(Context& ctx, size_t mark, int target) {
-  std::string line;
-  for (const LogLine& l : ctx.net.logSince(mark)) {
-    if (l.text.find("relay: connected to ") != std::string::npos) line = l.text;
-  }
-  size_t via = line.find(" via ");
-  if (via == std::string::npos) {
+  std::vector<RelayedConnect> all = relayedConnects(ctx, mark);
+  if (all.empty()) {
     fail("rank %d's connect to rank %d logged no 'relay: connected to ... via ...' line: it did not go through a "
          "relay (NCCL_MESH_RELAY=%s, topology '%s')", ctx.rank, target,
          getenv("NCCL_MESH_RELAY") ? getenv("NCCL_MESH_RELAY") : "(unset)", ctx.topology.c_str());
   }
-  std::string addr = line.substr(via + 5);
-  addr = addr.substr(0, addr.find_first_of(" ,("));
-  int node = labNodeOf(addr);
-  if (node < 0 || node == ctx.rank || node == target) {
-    fail("rank %d's relayed connect to rank %d names relay %s (node %d), not a neighbour: %s", ctx.rank, target,
-         addr.c_str(), node, line.c_str());
+  const RelayedConnect& last = all.back();
+  if (last.via < 0 || last.via == ctx.rank || last.via == target) {
+    fail("rank %d's relayed connect to rank %d names relay node %d, not a neighbour: %s", ctx.rank, target, last.via,
+         last.line.c_str());
   }
-  return node;
+  return last.via;
 }
 
 // A connects to C (A's send comm, C's recv comm); every rank learns B; B confirms that its
@@ -484,14 +478,7 @@ std::string runCut(Context& ctx) {
 // in log order.
 std::vector<int> relaysFromLog(Context& ctx, size_t mark) {
   std::vector<int> out;
-  for (const LogLine& l : ctx.net.logSince(mark)) {
-    if (l.text.find("relay: connected to ") == std::string::npos) continue;
-    size_t via = l.text.find(" via ");
-    if (via == std::string::npos) continue;
-    std::string addr = l.text.substr(via + 5);
-    addr = addr.substr(0, addr.find_first_of(" ,("));
-    out.push_back(labNodeOf(addr));
-  }
+  for (const RelayedConnect& c : relayedConnects(ctx, mark)) out.push_back(c.via);
   return out;
 }
 

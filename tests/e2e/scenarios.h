@@ -100,6 +100,18 @@ RouteReport checkRouting(Context& ctx, size_t mark, const std::set<int>& peers);
 // Requires at least `perDirection` send and recv conn lines for each peer.
 void requireConnLines(const RouteReport& r, const std::set<int>& peers, int perDirection);
 
+// --- the relay -------------------------------------------------------------------------------
+// One relayed connect of this rank, from the plugin's INFO line "relay: connected to <target
+// addresses> via <relay address> (...)": the lab nodes of the first target address and of
+// the relay (-1: not a lab address), and the line itself.
+struct RelayedConnect {
+  int target = -1;
+  int via = -1;
+  std::string line;
+};
+// Every such line logged since `mark`, in log order.
+std::vector<RelayedConnect> relayedConnects(Context& ctx, size_t mark);
+
 // --- leaks -----------------------------------------------------------------------------------
 struct Snapshot {
   int fds = -1;
