@@ -390,8 +390,10 @@ void merge(CommTable* into, CommTable&& from) {
   }
 }
 
-// --ring-first on a ring of cables, the order NCCL connects at init: its ring (rank -> rank + 1,
-// direct) first, then the uncabled pairs (relayed), then the rest. Each relayed connect must
+// --ring-first on a ring of cables, the order NCCL connects at init with runtime connect off
+// (src/init.cc initTransportsRank calls src/transport/generic.cc's ncclTransportRingConnect,
+// which sets up every ring channel, before ncclTransportTreeConnect and ncclTransportPatConnect):
+// its ring (rank -> rank + 1, direct) first, then the uncabled pairs (relayed), then the rest. Each relayed connect must
 // take the shorter way round; where both ways are equally long, the one the ring leaves idle
 // (through rank - 1: the ring sends on the cable to rank + 1). From the plugin's "relay:
 // connected to <peer> via <neighbour>" lines. Returns "peer:via" for each relayed peer.
