@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "fabric.h"
 
@@ -201,7 +203,31 @@ void Fabric::refreshDevices() {
     dev->key = macHex(p.mac);
     uint8_t eui[8] = {static_cast<uint8_t>(p.mac[0] ^ 2), p.mac[1], p.mac[2], 0xff, 0xfe, p.mac[3], p.mac[4], p.mac[5]};
     memcpy(&dev->guidBe, eui, 8);
+    loadPace(dev);
   }
+}
+
+// A port's rate caps and delay come from the rates file (pace.h), once per device: the cables
+// of a network do not change while it is up.
+void Fabric::loadPace(Device* d) {
+  if (d->paceLoaded) return;
+  d->paceLoaded = true;
+  std::ifstream in(settings.rates);
+  if (!in) return;  // no file: no caps
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string errors;
+  auto table = parseRates(text.str(), &errors);
+  if (!errors.empty()) fprintf(stderr, "meshfab: %s: skipped:\n%s", settings.rates.c_str(), errors.c_str());
+  auto it = table.find(d->key);
+  if (it == table.end() || !it->second.any()) return;
+  std::string why;
+  if (!d->pacer.configure(settings.dir, d->key, it->second, settings.burstNs, &why)) {
+    fprintf(stderr, "meshfab: %s: link rate not applied: %s\n", d->name.c_str(), why.c_str());
+    return;
+  }
+  trace("%s: link rate %.0f B/s (wire %s %.0f B/s), delay %lld ns", d->name.c_str(), it->second.fnRate,
+        it->second.wire.c_str(), it->second.wireRate, static_cast<long long>(it->second.delayNs));
 }
 
 Device* Fabric::deviceForGid(const uint8_t gid[16]) {

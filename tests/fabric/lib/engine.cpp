@@ -43,6 +43,24 @@ bool hasImm(ibv_wr_opcode op) { return op == IBV_WR_RDMA_WRITE_WITH_IMM || op ==
 
 bool outstanding(const Qp* qp) { return qp->sqDone < qp->txIdx || qp->txOff > 0; }
 
+// Largest payload of one packet from device d: smaller on a capped port, so that the QPs and
+// flows sharing it take turns at a finer grain, as a NIC's packet scheduler does.
+uint64_t segmentOf(const Fabric* f, const Device* d) {
+  return d->pacer.capped() ? std::min(f->settings.segment, f->settings.pacedSegment) : f->settings.segment;
+}
+
+// Where a packet leaving device d at `now` arrives (Packet::arriveNs): 0 = at once.
+int64_t arrivalOf(const Device* d, int64_t now) {
+  return d->pacer.delayNs() > 0 ? now + d->pacer.delayNs() : 0;
+}
+
+// The reader leaves a packet that has not reached this end of its cable yet in the ring.
+bool notArrived(Fabric* f, Conn* c, const Packet& h, int64_t now) {
+  if (h.arriveNs <= now || c->draining) return false;
+  f->waitUntil(&c->rxReadyAt, h.arriveNs);
+  return true;
+}
+
 void count(Fabric* f, Device* d, StatsCounter c, uint64_t n = 1) {
   f->devStats(d)->counters[c].fetch_add(n, std::memory_order_relaxed);
 }
@@ -323,6 +341,7 @@ void sendOne(Fabric* f, Conn* c, Qp* qp, Clock::time_point now) {
   Packet h = headerFor(qp);
   h.raddr = w.raddr + qp->txOff;
   h.rkey = w.rkey;
+  h.arriveNs = arrivalOf(qp->dev, toNs(now));
   if (w.opcode == IBV_WR_RDMA_READ) {
     h.op = PktOp::ReadReq;
     h.psn = w.psn;
@@ -337,7 +356,7 @@ void sendOne(Fabric* f, Conn* c, Qp* qp, Clock::time_point now) {
       failOldest(f, qp, IBV_WC_LOC_LEN_ERR);
       return;
     }
-    uint64_t seg = std::min<uint64_t>(f->settings.segment, w.len - qp->txOff);
+    uint64_t seg = std::min<uint64_t>(segmentOf(f, qp->dev), w.len - qp->txOff);
     std::vector<Piece> pieces;
     if (!gather(f, qp, idx, qp->txOff, seg, &pieces)) {
       // The lkey no longer covers the buffer: a local protection error on this WR.
@@ -362,6 +381,7 @@ void sendOne(Fabric* f, Conn* c, Qp* qp, Clock::time_point now) {
       off += p.n;
     }
     publish(c, kHdr + seg);
+    count(f, qp->dev, kSentBytes, seg);
     qp->txOff += seg;
     if (qp->txOff == w.len) {
       qp->txIdx++;
@@ -376,12 +396,38 @@ void sendOne(Fabric* f, Conn* c, Qp* qp, Clock::time_point now) {
 size_t nextPacketBytes(Fabric* f, Qp* qp) {
   const SendWqe& w = qp->swqe(qp->txIdx);
   if (w.opcode == IBV_WR_RDMA_READ) return kHdr;
-  return kHdr + std::min<uint64_t>(f->settings.segment, w.len - qp->txOff);
+  return kHdr + std::min<uint64_t>(segmentOf(f, qp->dev), w.len - qp->txOff);
+}
+
+// The bytes the next packet of `qp` occupies on the wire (pace.h): its path-MTU packets'
+// headers, RETH on a message's first, the immediate on its last.
+uint64_t nextWireBytes(Fabric* f, Qp* qp) {
+  const SendWqe& w = qp->swqe(qp->txIdx);
+  if (w.opcode == IBV_WR_RDMA_READ) return wireBytes(0, 1, kRethBytes);
+  uint64_t seg = std::min<uint64_t>(segmentOf(f, qp->dev), w.len - qp->txOff);
+  bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  uint64_t extra = (write && qp->txOff == 0 ? kRethBytes : 0) +
+                   (hasImm(w.opcode) && qp->txOff + seg == w.len ? kImmBytes : 0);
+  return wireBytes(seg, packets(seg, mtuBytes(qp)), extra);
+}
+
+// Takes the next packet's bytes from its port's caps; false when the caps are not free yet
+// (*retry: the earliest time one of the conn's waiting ports is).
+bool paced(Fabric* f, Qp* qp, int64_t now, int64_t* retry) {
+  if (!qp->dev->pacer.capped()) return true;
+  int64_t at = 0;
+  if (qp->dev->pacer.tryTransmit(nextWireBytes(f, qp), now, &at)) return true;
+  count(f, qp->dev, kPacedWaits);
+  *retry = std::min(*retry, at);
+  return false;
 }
 
 void writeRequests(Fabric* f, Conn* c) {
   if (c->state != Conn::State::Up) return;
   Clock::time_point now = Clock::now();
+  int64_t nowNs = toNs(now), retry = INT64_MAX;
+  size_t waiting = 0;  // QPs in a row whose port is at its cap
+  c->txReadyAt = 0;
   for (int budget = 64; budget > 0 && !c->txQps.empty(); --budget) {
     Qp* qp = c->txQps.front();
     if (!canSend(qp, now)) {
@@ -397,6 +443,12 @@ void writeRequests(Fabric* f, Conn* c) {
     }
     if (!room(c, nextPacketBytes(f, qp))) return;
     c->txQps.pop_front();
+    if (!paced(f, qp, nowNs, &retry)) {  // its port waits: the others go on, round robin
+      c->txQps.push_back(qp);
+      if (++waiting >= c->txQps.size()) break;
+      continue;
+    }
+    waiting = 0;
     qp->inTxList = false;
     sendOne(f, c, qp, now);
     if (canSend(qp, now) && qp->conn == c) {
@@ -404,6 +456,7 @@ void writeRequests(Fabric* f, Conn* c) {
       qp->inTxList = true;
     }
   }
+  if (retry != INT64_MAX) f->waitUntil(&c->txReadyAt, retry);
 }
 
 }  // namespace
@@ -545,17 +598,20 @@ void handleNak(Fabric* f, Qp* qp, const Packet& h, Clock::time_point now) {
 
 void readResponses(Fabric* f, Conn* c) {
   Clock::time_point now = Clock::now();
+  c->rxReadyAt = 0;
   for (int budget = 64; budget > 0 && c->state == Conn::State::Up; --budget) {
     if (c->rx.avail() < kHdr) return;
     Packet h;
     c->rx.peek(0, &h, kHdr);
     uint64_t plen = h.op == PktOp::ReadResp ? h.len : 0;
     if (c->rx.avail() < kHdr + plen) return;
+    if (notArrived(f, c, h, toNs(now))) return;
     Device* d = f->deviceForGid(h.dgid);
     Qp* qp = d != nullptr ? f->findQp(d, h.destQpn) : nullptr;
     if (qp != nullptr && qp->conn == c && qp->state() == IBV_QPS_RTS && h.srcQpn == qp->attr.dest_qp_num &&
         d->port.up) {
       count(f, d, kRcvdPkts, h.op == PktOp::ReadResp ? h.npsn : 1);
+      count(f, d, kRcvdBytes, plen);
       switch (h.op) {
         case PktOp::Ack: ackTo(f, qp, h.psn, now); break;
         case PktOp::Nak: handleNak(f, qp, h, now); break;
@@ -718,7 +774,10 @@ void executeRead(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
 void handleRequest(Fabric* f, Conn* c, const Packet& h) {
   Device* d = f->deviceForGid(h.dgid);
   Qp* qp = d != nullptr ? f->findQp(d, h.destQpn) : nullptr;
-  if (d != nullptr) count(f, d, kRcvdPkts, h.npsn);
+  if (d != nullptr) {
+    count(f, d, kRcvdPkts, h.npsn);
+    if (h.op == PktOp::Write || h.op == PktOp::Send) count(f, d, kRcvdBytes, h.len);
+  }
   ibv_qp_state st = qp != nullptr ? qp->state() : IBV_QPS_RESET;
   if (qp == nullptr || (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD) ||
       h.srcQpn != qp->attr.dest_qp_num || memcmp(h.sgid, qp->attr.ah_attr.grh.dgid.raw, 16) != 0 ||
@@ -754,6 +813,8 @@ void handleRequest(Fabric* f, Conn* c, const Packet& h) {
 }
 
 void readRequests(Fabric* f, Conn* c) {
+  int64_t now = toNs(Clock::now());
+  c->rxReadyAt = 0;
   for (int budget = 64; budget > 0 && c->state == Conn::State::Up; --budget) {
     if (c->resp.size() >= kMaxQueuedResponses) return;
     if (c->rx.avail() < kHdr) return;
@@ -761,16 +822,22 @@ void readRequests(Fabric* f, Conn* c) {
     c->rx.peek(0, &h, kHdr);
     uint64_t plen = (h.op == PktOp::Write || h.op == PktOp::Send) ? h.len : 0;
     if (c->rx.avail() < kHdr + plen) return;
+    if (notArrived(f, c, h, now)) return;
     handleRequest(f, c, h);
     consume(c, kHdr + plen);
   }
 }
 
 void writeResponses(Fabric* f, Conn* c) {
+  int64_t now = toNs(Clock::now());
+  c->txReadyAt = 0;
   for (int budget = 64; budget > 0 && c->state == Conn::State::Up && !c->resp.empty(); --budget) {
     RespItem& it = c->resp.front();
+    Pacer& pacer = it.qp->dev->pacer;
+    it.hdr.arriveNs = arrivalOf(it.qp->dev, now);
     if (it.hdr.op != PktOp::ReadResp) {
       if (!room(c, kHdr)) return;
+      if (pacer.capped()) pacer.chargeAnyway(wireBytes(0, 1, kAethBytes), now);  // never held
       c->tx.put(0, &it.hdr, kHdr);
       publish(c, kHdr);
       count(f, it.qp->dev, kSentPkts);
@@ -783,7 +850,7 @@ void writeResponses(Fabric* f, Conn* c) {
       continue;
     }
     uint64_t mtu = mtuBytes(qp);
-    uint64_t seg = std::min<uint64_t>(f->settings.segment, it.hdr.len - it.sent);
+    uint64_t seg = std::min<uint64_t>(segmentOf(f, qp->dev), it.hdr.len - it.sent);
     char* src = translate(f, qp->pd, it.hdr.rkey, it.hdr.raddr + it.sent, seg, IBV_ACCESS_REMOTE_READ);
     if (src == nullptr) {  // deregistered while the response streamed
       Packet req = it.hdr;
@@ -794,6 +861,12 @@ void writeResponses(Fabric* f, Conn* c) {
       continue;
     }
     if (!room(c, kHdr + seg)) return;
+    int64_t at = 0;
+    if (pacer.capped() && !pacer.tryTransmit(wireBytes(seg, packets(seg, mtu), kAethBytes), now, &at)) {
+      count(f, qp->dev, kPacedWaits);
+      f->waitUntil(&c->txReadyAt, at);
+      return;
+    }
     Packet h = it.hdr;
     h.psn = psnAdd(it.hdr.psn, static_cast<uint32_t>(it.sent / mtu));
     h.npsn = packets(seg, mtu);
@@ -804,6 +877,7 @@ void writeResponses(Fabric* f, Conn* c) {
     appToRing(c->tx, kHdr, src, seg);
     publish(c, kHdr + seg);
     count(f, qp->dev, kSentPkts, h.npsn);
+    count(f, qp->dev, kSentBytes, seg);
     it.sent += seg;
     if (it.sent == it.hdr.len) c->resp.pop_front();
   }
@@ -815,6 +889,7 @@ void writeResponses(Fabric* f, Conn* c) {
 
 void Fabric::drainRx(Conn* c) {
   // Packets the peer published before it died were on the wire: they still arrive.
+  c->draining = true;
   for (int rounds = 0; rounds < 1 << 16 && c->state == Conn::State::Up && c->rx.avail() >= kHdr; ++rounds) {
     if (c->initiator) {
       readResponses(this, c);
@@ -887,21 +962,38 @@ Clock::time_point Fabric::nextTimer() const {
     if (qp->timerArmed) t = std::min(t, qp->ackDeadline);
     if (qp->rnrWait) t = std::min(t, qp->rnrUntil);
   }
+  auto waits = [&t](const Conn* c) {
+    if (c->state != Conn::State::Up) return;
+    for (int64_t at : {c->txReadyAt, c->rxReadyAt}) {
+      if (at != 0) t = std::min(t, fromNs(at));
+    }
+  };
+  for (const auto& kv : outgoing) waits(kv.second.get());
+  for (const auto& c : incoming) waits(c.get());
   return t;
 }
 
+void Fabric::waitUntil(int64_t* slot, int64_t ns) {
+  *slot = *slot == 0 ? ns : std::min(*slot, ns);
+  if (fromNs(ns) < nicWakeAt) kickSelf();  // the NIC thread sleeps past it
+}
+
 bool Fabric::anyWork() const {
+  // A conn waiting for a rate cap or a cable's delay has no work until then: nextTimer()
+  // wakes the NIC thread for it.
+  int64_t now = toNs(Clock::now());
+  auto ready = [now](int64_t at) { return at == 0 || at <= now; };
   for (const auto& kv : outgoing) {
     const Conn* c = kv.second.get();
     if (c->state != Conn::State::Up) continue;
-    if (c->rx.avail() >= kHdr) return true;
-    if (!c->txQps.empty() && (!c->waitingSpace || c->tx.space() >= c->needSpace)) return true;
+    if (c->rx.avail() >= kHdr && ready(c->rxReadyAt)) return true;
+    if (!c->txQps.empty() && ready(c->txReadyAt) && (!c->waitingSpace || c->tx.space() >= c->needSpace)) return true;
   }
   for (const auto& cp : incoming) {
     const Conn* c = cp.get();
     if (c->state != Conn::State::Up) continue;
-    if (c->rx.avail() >= kHdr && c->resp.size() < kMaxQueuedResponses) return true;
-    if (!c->resp.empty() && (!c->waitingSpace || c->tx.space() >= c->needSpace)) return true;
+    if (c->rx.avail() >= kHdr && c->resp.size() < kMaxQueuedResponses && ready(c->rxReadyAt)) return true;
+    if (!c->resp.empty() && ready(c->txReadyAt) && (!c->waitingSpace || c->tx.space() >= c->needSpace)) return true;
   }
   return false;
 }

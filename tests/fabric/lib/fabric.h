@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "meshfab/stats.h"
+#include "pace.h"
 #include "wire.h"
 
 namespace meshfab {
@@ -52,6 +53,9 @@ struct Settings {
   size_t reqRing = 4u << 20;    // MESHFAB_RING_KB: request ring bytes per connection
   size_t respRing = 1u << 20;   // response ring (a quarter of the request ring, >= 256 KiB)
   size_t segment = 256u << 10;  // MESHFAB_SEGMENT_KB: largest payload per packet
+  size_t pacedSegment = 64u << 10;  // MESHFAB_PACED_SEGMENT_KB: the same on a capped port
+  std::string rates;            // MESHFAB_RATES: the link rates file (default <dir>/rates)
+  int64_t burstNs = 500000;     // MESHFAB_PACE_BURST_US: how far a late sender may catch up
   bool trace = false;           // MESHFAB_TRACE=1: protocol events on stderr
   void load();
 };
@@ -94,6 +98,8 @@ struct Device {
   DevStats* stats = nullptr;
   std::vector<Context*> contexts;
   bool present = true;  // false once its netdev disappeared from the namespace
+  Pacer pacer;          // its link's rate caps and delay (pace.h); uncapped by default
+  bool paceLoaded = false;
 };
 
 struct Context {
@@ -281,6 +287,12 @@ struct Conn {
   std::deque<RespItem> resp;  // responder: responses not yet written
   std::deque<Qp*> txQps;      // requester: QPs with packets to send (round robin)
   std::string why;            // Dead: the reason (trace)
+  // Link rates (pace.h), as steady_clock nanoseconds; 0 = not waiting. txReadyAt: every
+  // port with packets queued here waits for its cap until then. rxReadyAt: the packet at
+  // the head of rx reaches this end of its cable then (the cable's delay).
+  int64_t txReadyAt = 0;
+  int64_t rxReadyAt = 0;
+  bool draining = false;      // the peer died: what it sent arrives now, delay or not
 };
 
 // --- the process ----------------------------------------------------------------------------
@@ -316,6 +328,7 @@ class Fabric {
   // transport (transport.cpp)
   std::string endpoint;     // our name in <dir>/ep/
   int listenFd = -1, epollFd = -1, doorbellFd = -1, statusFd = -1, netlinkFd = -1, ioctlFd = -1;
+  int timerFd = -1;  // the NIC thread's wake-up (timerfd: link rates need microseconds)
   ProcStatus* status = nullptr;
   StatsFile* stats = nullptr;
   std::string statsPath;
@@ -351,6 +364,8 @@ class Fabric {
   void qpReset(Qp* qp);        // -> RESET: forget everything
   void forgetQp(Qp* qp);       // destroy: drop references from connections and CQs
   void forgetMr(Mr* mr);
+  void waitUntil(int64_t* slot, int64_t ns);  // a conn waits for a cap or a delay until ns
+  void loadPace(Device* d);    // the device's caps from the rates file (device.cpp)
 
   // completions (cq.cpp)
   bool pushCqe(Cq* cq, const Cqe& e);
@@ -379,6 +394,14 @@ char* translate(Fabric* f, Pd* pd, uint32_t key, uint64_t va, uint64_t len, int 
 // Diagnostics (MESHFAB_TRACE=1).
 void trace(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 extern bool gTrace;
+
+// steady_clock (CLOCK_MONOTONIC) <-> nanoseconds: the clock of Packet::arriveNs and pace.h.
+inline int64_t toNs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+inline Clock::time_point fromNs(int64_t ns) {
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+}
 
 // PSN arithmetic (24 bits).
 inline uint32_t psnAdd(uint32_t a, uint32_t b) { return (a + b) & 0xffffff; }

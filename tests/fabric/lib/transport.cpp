@@ -20,7 +20,9 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -80,6 +82,11 @@ void Settings::load() {
   size_t ringKb = static_cast<size_t>(envReal("MESHFAB_RING_KB", 4096));
   reqRing = roundPow2(std::max<size_t>(ringKb << 10, 2 * (segment + sizeof(Packet))));
   respRing = roundPow2(std::max<size_t>(reqRing / 4, 2 * (segment + sizeof(Packet))));
+  size_t pacedKb = static_cast<size_t>(envReal("MESHFAB_PACED_SEGMENT_KB", 64));
+  pacedSegment = std::max<size_t>(4, (pacedKb + 3) / 4 * 4) << 10;
+  const char* r = getenv("MESHFAB_RATES");
+  rates = r != nullptr && *r != '\0' ? r : dir + "/rates";
+  burstNs = static_cast<int64_t>(envReal("MESHFAB_PACE_BURST_US", 500) * 1000);
   const char* t = getenv("MESHFAB_TRACE");
   trace = t != nullptr && *t == '1';
   gTrace = trace;
@@ -109,6 +116,7 @@ void afterForkInChild() {
   closeQuietly(f->doorbellFd);
   closeQuietly(f->netlinkFd);
   closeQuietly(f->statusFd);
+  closeQuietly(f->timerFd);
   for (auto& kv : f->outgoing) {
     closeQuietly(kv.second->sock);
     closeQuietly(kv.second->peerDoorbell);
@@ -279,7 +287,7 @@ uint32_t Fabric::allocQpn(Device* d, std::string* regPath) {
 void Fabric::countFds() {
   if (stats == nullptr) return;
   int64_t n = 0;
-  for (int fd : {listenFd, epollFd, doorbellFd, netlinkFd, statusFd}) n += fd >= 0;
+  for (int fd : {listenFd, epollFd, doorbellFd, netlinkFd, statusFd, timerFd}) n += fd >= 0;
   for (auto& kv : outgoing) n += (kv.second->sock >= 0) + (kv.second->peerDoorbell >= 0);
   for (auto& c : incoming) n += (c->sock >= 0) + (c->peerDoorbell >= 0);
   stats->transportFds.store(n, std::memory_order_relaxed);
@@ -340,6 +348,7 @@ bool Fabric::startTransport(std::string* why) {
   status->version = kWireVersion;
   status->pid = pid;
   doorbellFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  timerFd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   epollFd = epoll_create1(EPOLL_CLOEXEC);
   netlinkFd = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
   if (netlinkFd >= 0) {
@@ -348,11 +357,11 @@ bool Fabric::startTransport(std::string* why) {
     nl.nl_groups = RTMGRP_LINK;
     if (bind(netlinkFd, reinterpret_cast<sockaddr*>(&nl), sizeof(nl)) != 0) closeQuietly(netlinkFd);
   }
-  if (doorbellFd < 0 || epollFd < 0) {
-    *why = std::string("eventfd/epoll: ") + strerror(errno);
+  if (doorbellFd < 0 || epollFd < 0 || timerFd < 0) {
+    *why = std::string("eventfd/timerfd/epoll: ") + strerror(errno);
     return false;
   }
-  for (int* fd : {&listenFd, &doorbellFd, &netlinkFd}) {
+  for (int* fd : {&listenFd, &doorbellFd, &netlinkFd, &timerFd}) {
     if (*fd < 0) continue;
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -409,6 +418,7 @@ void Fabric::stopTransport(std::unique_lock<std::mutex>& lk) {
   closeQuietly(epollFd);
   closeQuietly(doorbellFd);
   closeQuietly(netlinkFd);
+  closeQuietly(timerFd);
   if (status != nullptr) munmap(status, 4096);
   status = nullptr;
   closeQuietly(statusFd);
@@ -667,6 +677,11 @@ void Fabric::handleEpoll(void* tag, uint32_t events) {
     uint64_t v;
     while (read(doorbellFd, &v, sizeof(v)) == sizeof(v)) {
     }
+  } else if (tag == &timerFd) {
+    uint64_t v;
+    if (read(timerFd, &v, sizeof(v)) < 0) {
+      // EAGAIN: re-armed after it fired; nothing to consume
+    }
   } else if (tag == &netlinkFd) {
     char buf[8192];
     while (recv(netlinkFd, buf, sizeof(buf), 0) > 0) {
@@ -687,9 +702,24 @@ void Fabric::handleEpoll(void* tag, uint32_t events) {
   }
 }
 
+// Sleeps until the NIC thread's next timer with the timerfd (microseconds matter for link
+// rates: a capped port waits for its bucket a few tens of microseconds at a time); no timer
+// disarms it.
+static void armWake(int timerFd, Clock::time_point wake) {
+  itimerspec its{};
+  if (wake != Clock::time_point::max()) {
+    int64_t ns = std::max<int64_t>(toNs(wake), 1);
+    its.it_value.tv_sec = ns / 1000000000;
+    its.it_value.tv_nsec = ns % 1000000000;
+  }
+  timerfd_settime(timerFd, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
 void Fabric::nicLoop() {
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us, not the default 50 us: rate caps are that fine
   std::unique_lock<std::mutex> lk(mu);
   epoll_event evs[32];
+  Clock::time_point armed = Clock::time_point::max();
   while (!stopping) {
     progress();
     Clock::time_point now = Clock::now();
@@ -705,13 +735,12 @@ void Fabric::nicLoop() {
       continue;
     }
     nicWakeAt = wake;
-    int timeoutMs = -1;
-    if (wake != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::microseconds>(wake - Clock::now()).count();
-      timeoutMs = left <= 0 ? 0 : static_cast<int>(std::min<long long>((left + 999) / 1000, 60000));
+    if (wake != armed) {
+      armWake(timerFd, wake);
+      armed = wake;
     }
     lk.unlock();
-    int n = epoll_wait(epollFd, evs, 32, timeoutMs);
+    int n = epoll_wait(epollFd, evs, 32, wake != Clock::time_point::max() && wake <= Clock::now() ? 0 : -1);
     lk.lock();
     status->sleeping.store(0, std::memory_order_relaxed);
     nicWakeAt = Clock::time_point::min();

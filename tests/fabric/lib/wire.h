@@ -21,7 +21,7 @@
 namespace meshfab {
 
 constexpr uint32_t kWireMagic = 0x4d464142;  // "MFAB"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;  // 2: Packet::arriveNs (link delay)
 
 // Shared by the writer and the reader of one ring. `head` is written only by the writer
 // (after the bytes), `tail` only by the reader (after it copied them out). `writerWaiting`
@@ -95,12 +95,17 @@ struct Packet {
   uint64_t len;  // payload bytes that follow (Write, Send, ReadResp) or bytes asked (ReadReq)
   uint8_t sgid[16];
   uint8_t dgid[16];
-  uint64_t reserved2[2];
+  // When the packet reaches the far end of its cable (CLOCK_MONOTONIC ns, the clock every
+  // process on the host shares): the reader leaves it in the ring until then. 0 = at once
+  // (a cable without a delay; see pace.h).
+  int64_t arriveNs;
+  uint64_t reserved2;
 };
 static_assert(sizeof(Packet) == 96, "packet header is 96 bytes");
 static_assert(offsetof(Packet, raddr) == 32 && offsetof(Packet, sgid) == 48 &&
                   offsetof(Packet, dgid) == 64,
               "packet header layout");
+static_assert(offsetof(Packet, arriveNs) == 80, "packet header layout");
 
 // The first (and only) messages on a connection's Unix socket. HELLO carries three fds
 // (SCM_RIGHTS): the rings' memfd, the requester's status memfd, its doorbell eventfd.

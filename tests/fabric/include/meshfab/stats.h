@@ -24,7 +24,7 @@
 namespace meshfab {
 
 constexpr uint32_t kStatsMagic = 0x4d465354;  // "MFST"
-constexpr uint32_t kStatsVersion = 1;
+constexpr uint32_t kStatsVersion = 2;  // 2: sent_bytes, rcvd_bytes, paced_waits
 constexpr int kStatsMaxDevices = 32;
 
 enum StatsRes { kResPd, kResCq, kResQp, kResMr, kResCtx, kResCount };
@@ -45,13 +45,17 @@ enum StatsCounter {
   kSendRnrNak,          // responder: RNR NAKs sent
   kRcvdSeqErr,          // requester: sequence NAKs received
   kUnreachableDrops,    // packets not sent: port down or destination not cabled to it
+  kSentBytes,           // payload bytes sent (WRITE/SEND data, READ responses)
+  kRcvdBytes,           // payload bytes received and placed
+  kPacedWaits,          // times a packet waited for its port's or wire's rate cap
   kCounterCount
 };
 inline const char* counterName(int c) {
   static const char* const kNames[kCounterCount] = {
       "sent_pkts",          "rcvd_pkts",         "duplicate_request", "out_of_seq_request",
       "completer_retry_err", "retry_exceeded_err", "rcvd_rnr_err",      "send_rnr_nak",
-      "rcvd_seq_err",       "unreachable_drops"};
+      "rcvd_seq_err",       "unreachable_drops", "sent_bytes",        "rcvd_bytes",
+      "paced_waits"};
   return kNames[c];
 }
 
