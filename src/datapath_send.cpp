@@ -108,7 +108,9 @@ ncclResult_t SendComm::queueGroup(int slot) {
 }
 
 void SendComm::shareOf(const Request* r, int q, size_t* lo, size_t* hi) const {
-  Span span = qpShare(r->size, q, nqps_, settings_.splitMin);
+  // Unsplit messages rotate over the QPs with the FIFO slot (kFifoDepth is a multiple of every
+  // QP count that divides it; the others still spread, less evenly).
+  Span span = qpShare(r->size, q, nqps_, settings_.splitMin, r->slot);
   *lo = span.lo;
   *hi = span.hi;
 }

@@ -79,6 +79,38 @@ std::string describeNoRoute(const std::vector<LocalNic>& nics,
          "; local: " + localText + "); check the cabling and addresses, or NCCL_MESH_HCA";
 }
 
+// Both functions of a cable end (a DGX Spark port is two PCIe functions on one wire) can put
+// all of them in one subnet: then every local function matches every peer function of that
+// subnet. A cable end's functions are paired instead, the i-th local with the i-th peer one
+// (wrapping when the counts differ), so that each function at both ends carries one share:
+// max(n, m) links rather than n x m, half the QPs on a Spark cable, and each function's
+// traffic towards the peer's address of one function only. `routes` holds one route per
+// (local nic, peer nic) of one subnet, sorted by local nic, then peer nic.
+std::vector<Route> pairFunctions(const std::vector<Route>& routes) {
+  std::vector<int> locals, peers;
+  for (const Route& r : routes) {
+    if (std::find(locals.begin(), locals.end(), r.localNic) == locals.end()) locals.push_back(r.localNic);
+    if (std::find(peers.begin(), peers.end(), r.peerNic) == peers.end()) peers.push_back(r.peerNic);
+  }
+  if (locals.size() < 2 || peers.size() < 2) return routes;  // one function on a side: all pairs
+  std::sort(locals.begin(), locals.end());
+  std::sort(peers.begin(), peers.end());
+  std::vector<Route> out;
+  for (size_t i = 0; i < std::max(locals.size(), peers.size()); ++i) {
+    int l = locals[i % locals.size()], p = peers[i % peers.size()];
+    for (const Route& r : routes) {
+      if (r.localNic == l && r.peerNic == p) out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// The subnet a route's link is on: the local address under the shorter of both prefixes.
+std::pair<uint32_t, int> linkSubnet(const Route& r) {
+  uint32_t mask = r.prefixLen == 0 ? 0 : ~uint32_t{0} << (32 - r.prefixLen);
+  return {r.local.addr & mask, r.prefixLen};
+}
+
 }  // namespace
 
 bool onSameLink(const Ipv4Prefix& a, const Ipv4Prefix& b) {
@@ -100,8 +132,12 @@ RouteResult routeToPeer(const std::vector<LocalNic>& nics, const std::vector<Han
       }
     }
   }
+  std::map<std::pair<uint32_t, int>, std::vector<Route>> perSubnet;  // perLink's order within each
+  for (const auto& entry : perLink) perSubnet[linkSubnet(entry.second)].push_back(entry.second);
   RouteResult result;
-  for (const auto& entry : perLink) result.routes.push_back(entry.second);
+  for (const auto& entry : perSubnet) {
+    for (const Route& r : pairFunctions(entry.second)) result.routes.push_back(r);
+  }
   std::sort(result.routes.begin(), result.routes.end(), [](const Route& a, const Route& b) {
     return std::make_tuple(-static_cast<int>(a.prefixLen), a.localNic, a.peerNic) <
            std::make_tuple(-static_cast<int>(b.prefixLen), b.localNic, b.peerNic);

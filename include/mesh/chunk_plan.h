@@ -17,10 +17,14 @@ struct Span {
 };
 
 // The bytes of a `size`-byte message that QP q (of nqps) carries. Below splitMin, or with
-// one QP, QP 0 carries everything; otherwise consecutive 128-byte-aligned shares, the last
-// one shorter (possibly empty for tiny remainders).
-inline Span qpShare(size_t size, int q, int nqps, size_t splitMin) {
-  if (nqps <= 1 || size < splitMin) return q == 0 ? Span{0, size} : Span{0, 0};
+// one QP, QP `owner` (taken modulo nqps) carries everything: the sender rotates it from
+// message to message, so that small messages too spread over every link and function of a
+// comm (NCCL's IB transport rotates its QPs per message the same way); otherwise
+// consecutive 128-byte-aligned shares, the last one shorter (possibly empty for tiny
+// remainders).
+inline Span qpShare(size_t size, int q, int nqps, size_t splitMin, int owner = 0) {
+  if (nqps <= 1) return q == 0 ? Span{0, size} : Span{0, 0};
+  if (size < splitMin) return q == owner % nqps ? Span{0, size} : Span{0, 0};
   size_t chunk = (size + static_cast<size_t>(nqps) - 1) / static_cast<size_t>(nqps);
   chunk = (chunk + kChunkAlignBytes - 1) / kChunkAlignBytes * kChunkAlignBytes;
   size_t lo = chunk * static_cast<size_t>(q);

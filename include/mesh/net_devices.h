@@ -5,7 +5,8 @@
 // NCCL_MESH_DEVICES=port: one device per RDMA port, with that port's own PCI path and GUID
 // (what NCCL's IB transport reports for a port).
 // NCCL_MESH_DEVICES=node (default): ONE device for the node; whatever device NCCL picks for
-// a channel, each connection leaves on the port cabled to its peer. Its PCI path and GUID
+// a channel, each connection leaves on the port cabled to its peer. Its speed is the fastest
+// cable's, all of that cable's functions together (cableGroups): what one peer can get. Its PCI path and GUID
 // tell NCCL's topology where that device sits (src/graph/topo.cc ncclTopoAddNet, xml.cc
 // ncclTopoFillNet, 2.28-2.30):
 //  - all ports on one PCI function: that function's path and GUID, exact;
@@ -57,5 +58,22 @@ struct NetDevice {
 
 // The devices NCCL sees for these ports under config.devices (none without ports).
 std::vector<NetDevice> makeNetDevices(const std::vector<MeshPort>& ports, const Config& config);
+
+// The cables of this node: ports that drive one wire, as port indexes, each group sorted, in
+// the order of their first port. Ports are one cable's functions when
+//  - they are one port's PCIe functions in Socket Direct (a DGX Spark port: the same
+//    bus:device.function in two PCI domains, e.g. 0000:01:00.1 and 0002:01:00.1), or
+//  - they have IPv4 addresses in one subnet (a switchless mesh gives every cable a subnet:
+//    two ports in one are the functions of one cable end, NVIDIA's Spark addressing).
+// Every other port is a cable of its own.
+std::vector<std::vector<int>> cableGroups(const std::vector<MeshPort>& ports);
+
+// What one peer can get through a cable: its functions together. Socket Direct functions
+// each report the port's link speed (the largest is the cable's); other ports that share a
+// subnet add up.
+int cableSpeedMbps(const std::vector<MeshPort>& ports, const std::vector<int>& cable);
+
+// True for two PCI paths of one Socket Direct port: equal bus:device.function, different domain.
+bool socketDirectSiblings(const std::string& pciPathA, const std::string& pciPathB);
 
 }  // namespace mesh

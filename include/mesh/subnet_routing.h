@@ -18,6 +18,9 @@
 //    pairs land on the same link the longest prefix wins, then the lowest addresses.
 //  - Routes are ordered longest prefix first, then by local nic, then peer nic.
 //  - Several routes = parallel links to the peer (the data path stripes over them).
+//  - Several local and several peer ports in one subnet (the functions of one cable end, as
+//    on a DGX Spark) are paired, the i-th with the i-th: max(n, m) routes, not n x m, so
+//    every function at both ends carries an equal share.
 #pragma once
 
 #include <string>

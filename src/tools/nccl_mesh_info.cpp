@@ -32,6 +32,7 @@
 #include "mesh/handle_codec.h"
 #include "mesh/ipv4.h"
 #include "mesh/log.h"
+#include "mesh/net_devices.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/plugin.h"
 #include "mesh/probe.h"
@@ -500,6 +501,35 @@ void printPorts(const mesh::Discovery& d) {
   t.print();
 }
 
+// The cables: ports that drive one wire (both PCIe functions of a DGX Spark port, or ports
+// in one subnet), and the speed one peer gets through them (net_devices.h).
+std::string cableFunctionsText(const std::vector<int>& cable, const mesh::Discovery& d) {
+  std::string out;
+  for (int i : cable) out += (out.empty() ? "" : " + ") + d.ports[i].label();
+  return out;
+}
+
+void printCables(const mesh::Discovery& d) {
+  auto cables = mesh::cableGroups(d.ports);
+  if (cables.empty()) return;
+  printf("\nCables (a cable end's PCIe functions together): %zu\n", cables.size());
+  Table t({"CABLE", "FUNCTIONS", "SUBNETS", "SPEED"});
+  for (size_t c = 0; c < cables.size(); ++c) {
+    std::vector<std::string> subnets;
+    for (int i : cables[c]) {
+      for (const mesh::PortAddress& a : d.ports[i].addrs) {
+        std::string net = mesh::formatPrefix(mesh::Ipv4Prefix{a.ip.addr & mesh::prefixMask(a.ip.prefixLen), a.ip.prefixLen});
+        if (std::find(subnets.begin(), subnets.end(), net) == subnets.end()) subnets.push_back(net);
+      }
+    }
+    std::string subnetText;
+    for (const std::string& n : subnets) subnetText += (subnetText.empty() ? "" : ", ") + n;
+    t.add({std::to_string(c), cableFunctionsText(cables[c], d), subnetText,
+           speedText(mesh::cableSpeedMbps(d.ports, cables[c]))});
+  }
+  t.print();
+}
+
 void printDevices(const mesh::Plugin& plugin) {
   const char* mode = plugin.config().devices == mesh::DeviceMode::Port ? "port" : "node";
   printf("\nNCCL devices (NCCL_MESH_DEVICES=%s): %d\n", mode, plugin.deviceCount());
@@ -658,6 +688,10 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
   printf("  \"verbs_loaded\": %s,\n", plugin.verbs().libHandle != nullptr ? "true" : "false");
   if (d.ports.empty()) printf("  \"reason\": %s,\n", jsonString(noPortReason(plugin)).c_str());
   printf("  \"ports\": %s,\n", jsonList(d.ports, jsonPort).c_str());
+  printf("  \"cables\": %s,\n", jsonList(mesh::cableGroups(d.ports), [&](const std::vector<int>& c) {
+           return "{\"functions\": " + jsonString(cableFunctionsText(c, d)) +
+                  ", \"speed_mbps\": " + std::to_string(mesh::cableSpeedMbps(d.ports, c)) + "}";
+         }).c_str());
   printf("  \"devices\": %s,\n",
          jsonList(devices, [&](const mesh::NetDevice& n) { return jsonDevice(n, d); }).c_str());
   if (relay != nullptr) {
@@ -752,6 +786,7 @@ int report(const Options& opt) {
     printJson(plugin, routes, opt.routes ? &relay : nullptr);
   } else {
     printPorts(plugin.discovery());
+    printCables(plugin.discovery());
     printDevices(plugin);
     if (opt.routes) printRelayTable(relay);
     printRoutes(routes, plugin.discovery());

@@ -43,6 +43,13 @@ const ScenarioInfo kScenarios[] = {
      "[--pairs 4] [--count 262144] [--iters 2]  ring all-reduce, exact check"},
     {"links", runLinks, {"size", "min-share"},
      "[--size 4M] [--min-share 0.1]  2 nodes, vmesh --links 2: striping on both rxe devices"},
+    {"functions", runFunctions, {"count", "tolerance"},
+     "[--count 24] [--tolerance 0.1]  fabric-net --functions 2: every function of every cable end\n"
+     "                  carries an equal share both ways (per-device byte counters), data exact"},
+    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds"},
+     "[--algo ring|tree|alltoall|contention] [--bytes 64M] [--channels 4] [--slice 512K] [--iters 3]\n"
+     "                  [--warmup 1] [--ceiling B/s] [--seconds 3]  NCCL's collectives pipelined as NCCL runs\n"
+     "                  them (8 slots per connection), busbw and, with --ceiling, the cabling's bound; data exact"},
     {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
      "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
     {"link-down", runLinkDown, {"size", "after", "bound"},

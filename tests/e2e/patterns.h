@@ -5,10 +5,21 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "comm_setup.h"
 
 namespace e2e {
+
+// One rank's links in one of NCCL's trees. Children are listed in NCCL's order (down0, down1).
+struct TreeNode {
+  int up = -1;
+  std::vector<int> down;
+};
+// NCCL's binary tree over ranks 0..n-1 (tree 0 of the double binary tree) and tree 1 (its
+// mirror for even n, its shift by one for odd n), as NCCL 2.28's src/graph/trees.cc builds them.
+TreeNode binaryTree(int n, int r);
+TreeNode secondTree(int n, int r);
 
 struct PatternOptions {
   size_t count = 0;     // --count floats in the reduced vector

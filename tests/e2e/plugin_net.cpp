@@ -126,7 +126,8 @@ bool parseConnLine(const std::string& text, ConnLine* out) {
 int labNodeOf(const std::string& ipv4) {
   int o[4];
   if (!parseIpv4(ipv4, o) || o[0] != 198 || o[1] != 18 || o[3] < 1) return -1;
-  return o[3] - 1;
+  // A cable end's second function in the cable's subnet (fabric-net --functions 2): .(node+129).
+  return o[3] > 128 ? o[3] - 129 : o[3] - 1;
 }
 
 int labLinkOf(const std::string& ipv4) {
@@ -137,10 +138,15 @@ int labLinkOf(const std::string& ipv4) {
 
 bool isNetdevTowards(const std::string& netdev, int peer) {
   std::string base = format("p%d", peer);
-  if (netdev == base) return true;
+  // A cable end's second PCIe function (fabric-net --functions 2): p<peer>f1, p<peer>bf1.
+  std::string name = netdev;
+  if (name.size() > 2 && name[name.size() - 2] == 'f' && name.back() >= '1' && name.back() <= '9') {
+    name.resize(name.size() - 2);
+  }
+  if (name == base) return true;
   // Parallel links: p<peer>b, p<peer>c, ... (a letter, not another digit: p1 vs p12).
-  return netdev.size() == base.size() + 1 && netdev.compare(0, base.size(), base) == 0 &&
-         netdev.back() >= 'b' && netdev.back() <= 'z';
+  return name.size() == base.size() + 1 && name.compare(0, base.size(), base) == 0 && name.back() >= 'b' &&
+         name.back() <= 'z';
 }
 
 const char* resultName(int result) {

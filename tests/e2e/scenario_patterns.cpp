@@ -35,13 +35,6 @@
 #include "transfer.h"
 
 namespace e2e {
-namespace {
-
-// One rank's links in one tree. Children are listed in NCCL's order (down0, down1).
-struct TreeNode {
-  int up = -1;
-  std::vector<int> down;
-};
 
 // NCCL's binary tree over ranks 0..n-1: a rank's parent clears its lowest set bit and sets
 // the next one up (or, past the end, only clears it); its children are rank -+ half that bit,
@@ -74,6 +67,8 @@ TreeNode secondTree(int n, int r) {
   for (int d : base.down) t.down.push_back(map(d, mirror));
   return t;
 }
+
+namespace {
 
 struct Tree {
   std::vector<TreeNode> node;  // by rank

@@ -36,6 +36,10 @@ std::string runMemlock(Context& ctx);
 // scenario_data.cpp
 std::string runPair(Context& ctx);
 std::string runLinks(Context& ctx);
+// scenario_functions.cpp
+std::string runFunctions(Context& ctx);
+// scenario_coll_bench.cpp
+std::string runCollBench(Context& ctx);
 // scenario_ring.cpp
 std::string runAllreduce(Context& ctx);
 std::string runDemo(Context& ctx);

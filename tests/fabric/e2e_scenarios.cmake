@@ -18,6 +18,12 @@ fabric_scenario(pair_flush 2 60 --env NCCL_MESH_FORCE_FLUSH=1 -- pair)
 fabric_scenario(allreduce_3 3 60 -- allreduce --pairs 4)
 fabric_scenario(allreduce_ring4 4 60 --topology ring -- allreduce --pairs 4)
 fabric_scenario(links 2 60 --links 2 -- links)
+# Both PCIe functions of every cable end (a DGX Spark port), both addressings: every function
+# carries an equal share at both ends.
+foreach(subnets shared split)
+  fabric_scenario(functions_pair_${subnets} 2 60 --functions 2 --fn-subnets ${subnets} -- functions)
+  fabric_scenario(functions_tri_${subnets} 3 60 --functions 2 --fn-subnets ${subnets} -- functions)
+endforeach()
 fabric_scenario(close_inflight 2 60 -- close-inflight)
 fabric_scenario(demo_3 3 60 -- demo)
 # The fabric has no spurious retransmissions (the lab keeps the default timeout 20, see

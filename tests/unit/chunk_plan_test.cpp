@@ -22,10 +22,28 @@ void expectTiles(size_t size, int nqps, size_t splitMin) {
   EXPECT_EQ(next, size) << "shares must cover the whole message";
 }
 
-TEST(ChunkPlan, SmallMessagesStayOnQpZero) {
-  EXPECT_EQ(qpShare(4096, 0, 4, 65536).size(), 4096u);
+TEST(ChunkPlan, SmallMessagesGoWholeOnTheOwnerQp) {
+  EXPECT_EQ(qpShare(4096, 0, 4, 65536).size(), 4096u);  // owner 0 by default
   EXPECT_EQ(qpShare(4096, 1, 4, 65536).size(), 0u);
   EXPECT_EQ(qpShare(0, 0, 4, 0).size(), 0u);
+  // The sender rotates the owner (the FIFO slot): over 32 slots every QP of 2 (a Spark
+  // cable's two functions) carries exactly half of the unsplit messages.
+  int carried[2] = {0, 0};
+  for (int slot = 0; slot < 32; ++slot) {
+    for (int q = 0; q < 2; ++q) {
+      Span s = qpShare(4096, q, 2, 65536, slot);
+      if (s.size() != 0) {
+        EXPECT_EQ(s.size(), 4096u);
+        ++carried[q];
+      }
+    }
+  }
+  EXPECT_EQ(carried[0], 16);
+  EXPECT_EQ(carried[1], 16);
+  // One QP: always QP 0, whatever the owner.
+  EXPECT_EQ(qpShare(4096, 0, 1, 65536, 5).size(), 4096u);
+  // Split messages ignore the owner.
+  EXPECT_EQ(qpShare(1 << 20, 0, 2, 65536, 1).size(), size_t{1} << 19);
 }
 
 TEST(ChunkPlan, SharesTileTheMessage) {

@@ -89,3 +89,70 @@ TEST(NetDevices, NoPortsNoDevices) { EXPECT_TRUE(makeNetDevices({}, Config()).em
 
 }  // namespace
 }  // namespace mesh
+
+namespace mesh {
+namespace {
+
+MeshPort sparkFunction(const std::string& dev, const std::string& pci, const char* prefix, int mbps) {
+  MeshPort p = port(dev, pci, 0x1);
+  p.speedMbps = mbps;
+  PortAddress a;
+  EXPECT_TRUE(parsePrefix(prefix, &a.ip)) << prefix;
+  p.addrs.push_back(a);
+  return p;
+}
+
+// A DGX Spark port: rocep1s0f1 and roceP2p1s0f1 are one port's two PCIe x4 functions
+// (Socket Direct), each reporting the port's 200G link speed.
+const char* kSparkA = "/sys/devices/pci0000:00/0000:00:00.0/0000:01:00.1";
+const char* kSparkB = "/sys/devices/pci0002:00/0002:00:00.0/0002:01:00.1";
+
+TEST(Cables, SocketDirectFunctionsAreOneCableAtTheLinkSpeed) {
+  EXPECT_TRUE(socketDirectSiblings(kSparkA, kSparkB));
+  EXPECT_FALSE(socketDirectSiblings(kSparkA, kSparkA));  // the same function
+  EXPECT_FALSE(socketDirectSiblings(kFnA, kFnB));        // two functions of one domain: two ports
+  EXPECT_FALSE(socketDirectSiblings("", kSparkB));
+  // Each function its own subnet (one Spark addressing): still one cable, by PCI identity.
+  std::vector<MeshPort> ports = {sparkFunction("rocep1s0f1", kSparkA, "198.18.0.1/24", 200000),
+                                 sparkFunction("roceP2p1s0f1", kSparkB, "198.18.128.1/24", 200000),
+                                 sparkFunction("rocep1s0f0", kFnA, "198.18.1.1/24", 200000)};
+  auto cables = cableGroups(ports);
+  ASSERT_EQ(cables.size(), 2u);
+  EXPECT_EQ(cables[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(cables[1], (std::vector<int>{2}));
+  EXPECT_EQ(cableSpeedMbps(ports, cables[0]), 200000);
+  std::vector<NetDevice> devs = makeNetDevices(ports, mode(DeviceMode::Node));
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].speedMbps, 200000);
+}
+
+TEST(Cables, PortsInOneSubnetAreOneCableAndTheirSpeedsAddUp) {
+  // Two ports of 100G in one subnet (the fabric's two functions per cable end, no PCI
+  // identity): one peer gets both, 200G; a third port on another cable is its own.
+  std::vector<MeshPort> ports = {sparkFunction("fab_p1", "", "198.18.0.1/24", 100000),
+                                 sparkFunction("fab_p2", "", "198.18.1.1/24", 100000),
+                                 sparkFunction("fab_p1f1", "", "198.18.0.129/24", 100000)};
+  auto cables = cableGroups(ports);
+  ASSERT_EQ(cables.size(), 2u);
+  EXPECT_EQ(cables[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(cableSpeedMbps(ports, cables[0]), 200000);
+  EXPECT_EQ(cableSpeedMbps(ports, cables[1]), 100000);
+  EXPECT_EQ(makeNetDevices(ports, mode(DeviceMode::Node))[0].speedMbps, 200000);
+  // Per-port mode stays exact per port; NCCL_MESH_SPEED still wins.
+  EXPECT_EQ(makeNetDevices(ports, mode(DeviceMode::Port))[0].speedMbps, 100000);
+  Config fixed = mode(DeviceMode::Node);
+  fixed.speedMbps = 12345;
+  EXPECT_EQ(makeNetDevices(ports, fixed)[0].speedMbps, 12345);
+}
+
+TEST(Cables, SeparateCablesAreSeparate) {
+  std::vector<MeshPort> ports = {sparkFunction("a", kFnA, "198.18.0.1/24", 100000),
+                                 sparkFunction("b", kFnB, "198.18.1.1/24", 200000)};
+  auto cables = cableGroups(ports);
+  ASSERT_EQ(cables.size(), 2u);
+  // The node device: the fastest cable, not the sum of cables to different peers.
+  EXPECT_EQ(makeNetDevices(ports, mode(DeviceMode::Node))[0].speedMbps, 200000);
+}
+
+}  // namespace
+}  // namespace mesh

@@ -281,6 +281,47 @@ TEST(SubnetRouting, ResultDoesNotDependOnInputOrder) {
 }
 
 
+// --- the functions of one cable end in one subnet (DGX Spark) ------------------------------
+
+TEST(SubnetRouting, TwoFunctionsPerEndInOneSubnetArePairedOneToOne) {
+  // Both PCIe functions of a Spark port in 198.18.0.0/24 at both ends: two links, each local
+  // function once, each peer function once (not all four pairs).
+  std::vector<LocalNic> nics = {nic(0, "rocep1s0f1", {"198.18.0.1/24"}), nic(1, "roceP2p1s0f1", {"198.18.0.3/24"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.0.2/24", 0), peerAddr("198.18.0.4/24", 1)});
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].localNic, 0);
+  EXPECT_EQ(r.routes[0].peerNic, 0);
+  EXPECT_EQ(r.routes[1].localNic, 1);
+  EXPECT_EQ(r.routes[1].peerNic, 1);
+  EXPECT_EQ(formatIpv4(r.routes[1].peerAddr), "198.18.0.4");
+}
+
+TEST(SubnetRouting, UnevenFunctionCountsStillUseEveryFunctionOnce) {
+  std::vector<LocalNic> one = {nic(0, "f0", {"198.18.0.1/24"})};
+  std::vector<HandleAddress> two = {peerAddr("198.18.0.2/24", 0), peerAddr("198.18.0.4/24", 1)};
+  EXPECT_EQ(routeToPeer(one, two).routes.size(), 2u);  // one local function: both peer functions
+  std::vector<LocalNic> three = {nic(0, "f0", {"198.18.0.1/24"}), nic(1, "f1", {"198.18.0.3/24"}),
+                                 nic(2, "f2", {"198.18.0.5/24"})};
+  RouteResult r = routeToPeer(three, two);
+  ASSERT_EQ(r.routes.size(), 3u) << r.error;
+  std::vector<int> peerUse(2, 0);
+  for (size_t i = 0; i < r.routes.size(); ++i) {
+    EXPECT_EQ(r.routes[i].localNic, static_cast<int>(i));
+    peerUse[r.routes[i].peerNic]++;
+  }
+  EXPECT_EQ(peerUse[0], 2);
+  EXPECT_EQ(peerUse[1], 1);
+}
+
+TEST(SubnetRouting, FunctionsInSubnetsOfTheirOwnAreParallelLinks) {
+  // The other Spark configuration: each function pair its own subnet, two routes as before.
+  std::vector<LocalNic> nics = {nic(0, "f0", {"198.18.0.1/24"}), nic(1, "f1", {"198.18.128.1/24"})};
+  RouteResult r = routeToPeer(nics, {peerAddr("198.18.0.2/24", 0), peerAddr("198.18.128.2/24", 1)});
+  ASSERT_EQ(r.routes.size(), 2u) << r.error;
+  EXPECT_EQ(r.routes[0].peerNic, 0);
+  EXPECT_EQ(r.routes[1].peerNic, 1);
+}
+
 // --- the connect side's cap and the accept side's check, both owned here ------------------
 
 TEST(ConnectRoutes, KeepsRouteToPeersOrderAndCapsTheLinkCount) {

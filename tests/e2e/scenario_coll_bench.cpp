@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+// `coll-bench`: NCCL's collectives through the plugin on links with a rate (scripts/fabric-net
+// --rate), as fractions of what the cabling allows (issue "Links with a rate"):
+//   --algo ring      ring all-reduce, every channel's ring in NCCL's direction (rank r sends to
+//                    r+1: NCCL 2.28 connect.cc duplicates channels without reversing them)
+//   --algo tree      NCCL's double binary tree all-reduce (half the channels per tree), reduce
+//                    and broadcast pipelined as runTreeSplit does
+//   --algo alltoall  every rank sends S/N to every other rank
+//   --algo contention  4-ring or longer: rank 0 -> 2 relayed and the relay -> 2 direct at once:
+//                    each stream's share of the relay's cable to rank 2 (measured at rank 2)
+// Data is checked after the last iteration. --ceiling is one cable direction's goodput in
+// bytes/s (rate x 4096 / 4178 at MTU 4096); the bound is computed from the topology
+// (coll_pipeline.h algbwBound).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "coll_pipeline.h"
+#include "scenarios.h"
+
+namespace e2e {
+namespace {
+
+float inputValue(int rank, size_t i, int iter) {
+  return static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13 + static_cast<size_t>(iter) * 5) % 47);
+}
+
+// [lo, hi) of part k of `parts` of [0, total), 4-byte aligned.
+std::pair<size_t, size_t> part(size_t total, size_t k, size_t parts) {
+  size_t lo = total * k / parts / 4 * 4, hi = k + 1 == parts ? total : total * (k + 1) / parts / 4 * 4;
+  return {lo, hi};
+}
+
+using Step = Pipeline::Step;
+using Xfer = Pipeline::Xfer;
+using POp = Pipeline::Op;
+
+// NCCL's ring all-reduce on one channel's region (all_reduce.h runRing): per loop of N chunks,
+// send; recvReduceSend x (N-2); recvReduceCopySend; recvCopySend x (N-2); recv.
+std::vector<Step> ringSteps(int n, int rank, int sendC, int recvC, size_t lo, size_t hi, size_t slice) {
+  std::vector<Step> steps;
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  for (size_t base = lo; base < hi; base += static_cast<size_t>(n) * slice) {
+    size_t end = std::min(hi, base + static_cast<size_t>(n) * slice);
+    size_t cs = ((end - base + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + 3) / 4 * 4;
+    auto chunk = [&](int c) {
+      size_t a = std::min(end, base + static_cast<size_t>(mod(c)) * cs), b = std::min(end, a + cs);
+      return std::make_pair(a, b - a);
+    };
+    auto step = [&](int c, POp op, bool recv, bool send) {
+      Step s;
+      auto [off, bytes] = chunk(c);
+      if (recv) s.recvs.push_back(Xfer{recvC, off, bytes, op});
+      if (send) s.sends.push_back(Xfer{sendC, off, bytes, POp::None});
+      steps.push_back(s);
+    };
+    step(rank - 1, POp::None, false, true);
+    for (int j = 2; j < n; ++j) step(rank - j, POp::Reduce, true, true);
+    step(rank, POp::Reduce, true, true);
+    for (int j = 1; j < n - 1; ++j) step(rank - j, POp::Copy, true, true);
+    step(rank + 1, POp::Copy, true, false);
+  }
+  return steps;
+}
+
+struct Comms {
+  CommTable table;
+  std::vector<int> peers;
+};
+
+class CollBench {
+ public:
+  CollBench(Context& ctx, const std::string& algo, size_t bytes, int channels, size_t slice)
+      : ctx_(ctx), algo_(algo), bytes_(bytes), channels_(channels), slice_(slice),
+        data_(algo == "alltoall" ? 2 * bytes : bytes), pipe_(ctx, data_.data(), data_.size(), slice) {}
+
+  void connect() {
+    std::set<int> peers;
+    int count = channels_;
+    if (algo_ == "ring") {
+      comms_.table = establish(ctx_, {{ctx_.next()}, {ctx_.prev()}, count, "coll-ring"}, ctx_.deadline);
+      return;
+    }
+    if (algo_ == "tree") {
+      for (int which = 0; which < 2; ++which) {
+        TreeNode me = which == 0 ? binaryTree(ctx_.nodes, ctx_.rank) : secondTree(ctx_.nodes, ctx_.rank);
+        if (me.up >= 0) peers.insert(me.up);
+        for (int d : me.down) peers.insert(d);
+      }
+    } else {
+      for (int p : otherRanks(ctx_)) peers.insert(p);
+      count = 1;
+    }
+    comms_.peers.assign(peers.begin(), peers.end());
+    comms_.table = establish(ctx_, {comms_.peers, comms_.peers, count, "coll-" + algo_}, ctx_.deadline);
+  }
+
+  void build() {
+    if (algo_ == "ring") return buildRing();
+    if (algo_ == "tree") return buildTree();
+    buildAlltoall();
+  }
+
+  // All-to-all: the same block to every rank, at block * rank in the send half and received
+  // at block * source in the receive half.
+  size_t block() const { return bytes_ / static_cast<size_t>(ctx_.nodes) / 4 * 4; }
+
+  void fill(int iter) {
+    if (algo_ == "alltoall") {
+      for (int p = 0; p < ctx_.nodes; ++p) {
+        size_t off = block() * static_cast<size_t>(p);
+        fillPattern(data_.data() + off, block(), patternSeed(ctx_.rank, p, 21, static_cast<uint64_t>(iter), 0));
+        memset(data_.data() + bytes_ + off, 0, block());
+      }
+      return;
+    }
+    float* d = reinterpret_cast<float*>(data_.data());
+    for (size_t i = 0; i < bytes_ / sizeof(float); ++i) d[i] = inputValue(ctx_.rank, i, iter);
+  }
+
+  std::string check(int iter) const {
+    if (algo_ == "alltoall") {
+      for (int p = 0; p < ctx_.nodes; ++p) {
+        if (p == ctx_.rank) continue;
+        std::string bad = checkPattern(data_.data() + bytes_ + block() * static_cast<size_t>(p), block(),
+                                       patternSeed(p, ctx_.rank, 21, static_cast<uint64_t>(iter), 0));
+        if (!bad.empty()) return format("block from rank %d: %s", p, bad.c_str());
+      }
+      return "";
+    }
+    const float* d = reinterpret_cast<const float*>(data_.data());
+    for (size_t i = 0; i < bytes_ / sizeof(float); ++i) {
+      float want = 0;
+      for (int r = 0; r < ctx_.nodes; ++r) want += inputValue(r, i, iter);
+      if (d[i] != want) return format("element %zu is %g, expected %g", i, static_cast<double>(d[i]), static_cast<double>(want));
+    }
+    return "";
+  }
+
+  double runOnce(int iter) {
+    fill(iter);
+    ctx_.barrier(format("coll-%s-%d", algo_.c_str(), iter));
+    Clock::time_point t0 = Clock::now();
+    pipe_.run(ctx_.deadline);
+    return secondsSince(t0);
+  }
+
+  void close() {
+    pipe_.release();
+    closeAll(ctx_, comms_.table);
+  }
+
+ private:
+  void buildRing() {
+    for (int ch = 0; ch < channels_; ++ch) {
+      PeerComms& next = comms_.table[ctx_.next()];
+      PeerComms& prev = comms_.table[ctx_.prev()];
+      int s = pipe_.addConn(next.send[static_cast<size_t>(ch)], true, format("ring ch%d send to rank %d", ch, ctx_.next()));
+      int r = pipe_.addConn(prev.recv[static_cast<size_t>(ch)], false, format("ring ch%d recv from rank %d", ch, ctx_.prev()));
+      auto [lo, hi] = part(bytes_, static_cast<size_t>(ch), static_cast<size_t>(channels_));
+      pipe_.addLane(ringSteps(ctx_.nodes, ctx_.rank, s, r, lo, hi, slice_));
+    }
+  }
+
+  // runTreeSplit: the reduce towards the root and the broadcast from it run at once; the
+  // root broadcasts a slice once it has reduced it.
+  void buildTree() {
+    for (int ch = 0; ch < channels_; ++ch) {
+      TreeNode me = ch % 2 == 0 ? binaryTree(ctx_.nodes, ctx_.rank) : secondTree(ctx_.nodes, ctx_.rank);
+      auto conn = [&](int peer, bool send) {
+        PeerComms& pc = comms_.table[peer];
+        void* c = send ? pc.send[static_cast<size_t>(ch)] : pc.recv[static_cast<size_t>(ch)];
+        return pipe_.addConn(c, send, format("tree%d ch%d %s rank %d", ch % 2, ch, send ? "send to" : "recv from", peer));
+      };
+      int upSend = me.up >= 0 ? conn(me.up, true) : -1, upRecv = me.up >= 0 ? conn(me.up, false) : -1;
+      std::vector<int> childRecv, childSend;
+      for (int c : me.down) {
+        childRecv.push_back(conn(c, false));
+        childSend.push_back(conn(c, true));
+      }
+      auto [lo, hi] = part(bytes_, static_cast<size_t>(ch), static_cast<size_t>(channels_));
+      std::vector<Step> up, down;
+      for (size_t off = lo; off < hi; off += slice_) {
+        size_t n = std::min(slice_, hi - off);
+        Step u, d;
+        for (int rc : childRecv) u.recvs.push_back(Xfer{rc, off, n, POp::Reduce});
+        if (upSend >= 0) u.sends.push_back(Xfer{upSend, off, n, POp::None});
+        if (upRecv >= 0) d.recvs.push_back(Xfer{upRecv, off, n, POp::Copy});
+        for (int sc : childSend) d.sends.push_back(Xfer{sc, off, n, POp::None});
+        up.push_back(u);
+        down.push_back(d);
+      }
+      int upLane = pipe_.addLane(up);
+      if (me.up < 0) {
+        for (size_t k = 0; k < down.size(); ++k) {
+          down[k].afterLane = upLane;
+          down[k].afterStep = static_cast<int>(k);
+        }
+      }
+      pipe_.addLane(down);
+    }
+  }
+
+  void buildAlltoall() {
+    size_t blk = block();
+    for (int p : comms_.peers) {
+      int s = pipe_.addConn(comms_.table[p].send[0], true, format("alltoall send to rank %d", p));
+      int r = pipe_.addConn(comms_.table[p].recv[0], false, format("alltoall recv from rank %d", p));
+      std::vector<Step> sends, recvs;
+      for (size_t off = 0; off < blk; off += slice_) {
+        size_t n = std::min(slice_, blk - off);
+        Step st, rt;
+        st.sends.push_back(Xfer{s, blk * static_cast<size_t>(p) + off, n, POp::None});
+        rt.recvs.push_back(Xfer{r, bytes_ + blk * static_cast<size_t>(p) + off, n, POp::Copy});
+        sends.push_back(st);
+        recvs.push_back(rt);
+      }
+      pipe_.addLane(sends);
+      pipe_.addLane(recvs);
+    }
+  }
+
+  Context& ctx_;
+  std::string algo_;
+  size_t bytes_;
+  int channels_;
+  size_t slice_;
+  HostBuffer data_;
+  Pipeline pipe_;
+  Comms comms_;
+};
+
+}  // namespace
+
+std::string runContention(Context& ctx);
+
+std::string runCollBench(Context& ctx) {
+  requireNodes(ctx, 0);
+  std::string algo = ctx.opts.str("algo", "ring");
+  if (algo == "contention") return runContention(ctx);
+  if (algo != "ring" && algo != "tree" && algo != "alltoall") fail("--algo %s: expected ring, tree, alltoall or contention", algo.c_str());
+  size_t bytes = 0, slice = 0;
+  if (!parseSize(ctx.opts.str("bytes", "64M"), &bytes) || bytes < 4 || bytes > (size_t{1} << 30) || bytes % 4 != 0) {
+    fail("--bytes: expected a multiple of 4 up to 1G");
+  }
+  if (!parseSize(ctx.opts.str("slice", "512K"), &slice) || slice < 4096 || slice % 4 != 0) fail("--slice: at least 4K, a multiple of 4");
+  int channels = static_cast<int>(ctx.opts.integer("channels", 4));
+  int iters = static_cast<int>(ctx.opts.integer("iters", 3));
+  int warmup = static_cast<int>(ctx.opts.integer("warmup", 1));
+  double ceiling = ctx.opts.real("ceiling", 0);
+  if (channels < 1 || channels > 32 || iters < 1 || warmup < 0) fail("--channels 1..32, --iters >= 1, --warmup >= 0");
+  if (algo == "tree" && channels % 2 != 0) fail("--algo tree needs an even --channels (half per tree)");
+  CollBench bench(ctx, algo, bytes, channels, slice);
+  Clock::time_point t0 = Clock::now();
+  bench.connect();
+  double connectS = secondsSince(t0);
+  bench.build();
+  double best = 1e30;
+  for (int it = 0; it < warmup + iters; ++it) {
+    double s = bench.runOnce(it);
+    if (it >= warmup) best = std::min(best, s);
+  }
+  std::string bad = bench.check(warmup + iters - 1);
+  ctx.barrier("coll-bench-done");
+  bench.close();
+  ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
+  if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
+  int n = ctx.nodes;
+  double factor = algo == "alltoall" ? (n - 1.0) / n : 2.0 * (n - 1) / n;
+  double algbw = static_cast<double>(bytes) / best, busbw = algbw * factor;
+  std::string out = format("algo=%s bytes=%zu channels=%d slice=%zu connect_s=%.2f best_s=%.4f algbw_MBps=%.1f "
+                           "busbw_MBps=%.1f data exact",
+                           algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
+  if (ceiling > 0) {
+    std::string how;
+    Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);
+    double bound = algbwBound(ctx, t, ceiling, &how) * factor;
+    out += format(" bound_busbw_MBps=%.1f fraction=%.3f (%s; cable ceiling %.1f MB/s)", bound / 1e6, busbw / bound,
+                  how.c_str(), ceiling / 1e6);
+  }
+  return out;
+}
+
+// --- contention -----------------------------------------------------------------------------
+
+std::string runContention(Context& ctx) {
+  if (ctx.nodes < 4 || cabled(ctx, 0, 2) != 0) fail("--algo contention needs a ring of 4 or more (rank 0 -> 2 relayed)");
+  double ceiling = ctx.opts.real("ceiling", 0);
+  double seconds = ctx.opts.real("seconds", 3);
+  size_t msg = 0;
+  if (!parseSize(ctx.opts.str("slice", "1M"), &msg) || msg < 4096) fail("--slice: at least 4K");
+  if (ceiling <= 0 || seconds < 1) fail("--algo contention needs --ceiling (bytes/s) and --seconds >= 1");
+  const int kRegions = 16;
+  size_t messages = static_cast<size_t>(std::ceil(ceiling * (seconds + 1) / static_cast<double>(msg)));
+  size_t mark = ctx.net.logSize();
+  CommTable relayed = establish(ctx, {ctx.rank == 0 ? std::vector<int>{2} : std::vector<int>{},
+                                      ctx.rank == 2 ? std::vector<int>{0} : std::vector<int>{}, 1, "cont-relayed"},
+                                ctx.deadline);
+  if (ctx.rank == 0) {
+    std::vector<RelayedConnect> rc = relayedConnects(ctx, mark);
+    if (rc.empty() || rc.back().via < 0) fail("contention: rank 0 -> 2 did not go through a relay");
+    ctx.rv->publish("contention.via", std::to_string(rc.back().via));
+  }
+  int via = std::stoi(ctx.rv->fetch("contention.via", ctx.deadline, "the relay rank 0 -> 2 took"));
+  CommTable direct = establish(ctx, {ctx.rank == via ? std::vector<int>{2} : std::vector<int>{},
+                                     ctx.rank == 2 ? std::vector<int>{via} : std::vector<int>{}, 1, "cont-direct"},
+                               ctx.deadline);
+  HostBuffer data(msg * kRegions * 2);
+  Pipeline pipe(ctx, data.data(), data.size(), msg);
+  std::vector<int> recvConns;
+  auto lane = [&](void* comm, bool send, int src, size_t base, const std::string& label) {
+    int c = pipe.addConn(comm, send, label);
+    if (!send) recvConns.push_back(c);
+    for (int k = 0; k < kRegions && send; ++k) {
+      fillPattern(data.data() + base + static_cast<size_t>(k) * msg, msg, patternSeed(src, 2, 31, static_cast<uint64_t>(k), 0));
+    }
+    std::vector<Step> steps(messages);
+    for (size_t i = 0; i < messages; ++i) {
+      Xfer x{c, base + (i % kRegions) * msg, msg, send ? POp::None : POp::Copy};
+      (send ? steps[i].sends : steps[i].recvs).push_back(x);
+    }
+    pipe.addLane(steps);
+  };
+  if (ctx.rank == 0) lane(relayed[2].send[0], true, 0, 0, "relayed stream 0 -> 2");
+  if (ctx.rank == via) lane(direct[2].send[0], true, via, 0, format("direct stream %d -> 2", via));
+  if (ctx.rank == 2) {
+    lane(relayed[0].recv[0], false, 0, 0, "relayed stream from rank 0");
+    lane(direct[via].recv[0], false, via, msg * kRegions, format("direct stream from rank %d", via));
+  }
+  ctx.barrier("contention-start");
+  Clock::time_point t0 = Clock::now();
+  pipe.run(ctx.deadline);
+  double total = secondsSince(t0);
+  std::string out = format("relayed_via=%d messages=%zu x %zu B seconds=%.2f", via, messages, msg, total);
+  if (ctx.rank == 2) {
+    for (int k = 0; k < kRegions; ++k) {
+      for (int s = 0; s < 2; ++s) {
+        int src = s == 0 ? 0 : via;
+        std::string bad = checkPattern(data.data() + (static_cast<size_t>(s) * kRegions + static_cast<size_t>(k)) * msg, msg,
+                                       patternSeed(src, 2, 31, static_cast<uint64_t>(k), 0));
+        if (!bad.empty()) fail("contention: data from rank %d wrong: %s", src, bad.c_str());
+      }
+    }
+    double from = 0.5, to = seconds, share[2];
+    for (int s = 0; s < 2; ++s) {
+      double bytes = 0;
+      for (const auto& e : pipe.receiveTimes(recvConns[static_cast<size_t>(s)])) {
+        double at = secondsBetween(t0, e.first);
+        if (at >= from && at < to) bytes += static_cast<double>(e.second);
+      }
+      share[s] = bytes / (to - from) / ceiling;
+    }
+    out += format(" window=%.1f-%.1f_s share_relayed=%.3f share_direct=%.3f share_min=%.3f share_sum=%.3f data exact",
+                  from, to, share[0], share[1], std::min(share[0], share[1]), share[0] + share[1]);
+  }
+  ctx.barrier("contention-done");
+  pipe.release();
+  closeAll(ctx, relayed);
+  closeAll(ctx, direct);
+  ctx.barrier("contention-closed");
+  return out;
+}
+
+}  // namespace e2e
