@@ -102,7 +102,10 @@ CheckResult checkSystemNccl(const DoctorFacts& f) {
   CheckResult r = checkNccl("nccl-system", f.ncclSystem, f);
   const LibProbe& t = f.ncclTorch;
   const LibProbe& s = f.ncclSystem;
-  if (r.verdict == Verdict::Ok && t.loaded && s.loaded && t.version.text() != s.version.text()) {
+  if (!t.path.empty() && s.fromLdLibraryPath) {
+    // The dynamic loader searches LD_LIBRARY_PATH before the RUNPATH of PyTorch's libraries.
+    r.found += "; it comes before PyTorch's own " + t.path + ": PyTorch jobs with this LD_LIBRARY_PATH load this one";
+  } else if (r.verdict == Verdict::Ok && t.loaded && s.loaded && t.version.text() != s.version.text()) {
     r.verdict = Verdict::Warn;
     r.found += "; PyTorch jobs load their own NCCL " + t.version.text() + " (" + t.path + "), not this one";
     r.fix = "to run PyTorch on the system NCCL, LD_PRELOAD=" + s.path + " in the job (or install the nvidia-nccl "

@@ -112,6 +112,7 @@ LibProbe locateSystemNccl(const std::string& root, const std::map<std::string, s
     if (fileExists(root + dir + "/libnccl.so.2")) {
       p.path = dir + "/libnccl.so.2";
       p.note = "found by name in " + dir + " (" + why + ")";
+      p.fromLdLibraryPath = why == "LD_LIBRARY_PATH";
       return p;
     }
   }

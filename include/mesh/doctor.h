@@ -60,6 +60,7 @@ struct LibProbe {
   std::string error;     // why not (dlerror, crash, timeout)
   NcclVersion version;   // ncclGetVersion(), for NCCL
   int abiMask = 0;       // bit N: exports ncclNetPlugin_vN, for the plugin
+  bool fromLdLibraryPath = false;  // found in an LD_LIBRARY_PATH directory
 };
 
 // A network interface of this node's namespace.

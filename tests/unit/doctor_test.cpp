@@ -111,6 +111,14 @@ TEST_F(DoctorTest, SystemNcclShadowedByPyTorchsOwnIsAWarn) {
   EXPECT_MENTIONS(r.fix, "LD_PRELOAD=/usr/lib/libnccl.so.2");
 }
 
+TEST_F(DoctorTest, AnNcclInLdLibraryPathIsTheOnePyTorchLoads) {
+  put("home/u/nccl/build/lib/libnccl.so.2", "");
+  src_.env["LD_LIBRARY_PATH"] = "/home/u/nccl/build/lib";  // NVIDIA's playbook's own NCCL build
+  CheckResult r = check("nccl-system");
+  EXPECT_VERDICT(r, Verdict::Ok);
+  EXPECT_MENTIONS(r.found, "PyTorch jobs with this LD_LIBRARY_PATH load this one");
+}
+
 TEST_F(DoctorTest, LdLibraryPathComesBeforeTheLoadersConfiguration) {
   put("opt/nccl/lib/libnccl.so.2", "");
   put("usr/lib/libnccl.so.2", "");
