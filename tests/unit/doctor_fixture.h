@@ -120,6 +120,13 @@ class DoctorTest : public ::testing::Test {
     facts_ = collectFacts(src_);
     return runChecks(facts_);
   }
+  // Runs the checks: `name`'s verdict must be `expected`, and its text mention `part`.
+  CheckResult expectCheck(const std::string& name, Verdict expected, const std::string& part = "") {
+    CheckResult r = check(name);
+    EXPECT_EQ(verdictName(r.verdict), std::string(verdictName(expected))) << name << ": " << r.found << " | fix: " << r.fix;
+    EXPECT_NE(r.found.find(part), std::string::npos) << name << ": " << r.found;
+    return r;
+  }
   CheckResult check(const std::string& name) {
     for (const CheckResult& r : run()) {
       if (r.name == name) return r;

@@ -9,25 +9,19 @@ namespace {
 // --- ports ----------------------------------------------------------------------------------------
 
 TEST_F(DoctorTest, PortsAreReadFromSysfs) {
-  CheckResult r = check("ports");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "2 ACTIVE RoCE port(s) (sysfs): rxe_p1:1 (p1), rxe_p2:1 (p2)");
+  expectCheck("ports", Verdict::Ok, "2 ACTIVE RoCE port(s) (sysfs): rxe_p1:1 (p1), rxe_p2:1 (p2)");
 }
 
 TEST_F(DoctorTest, APortThatIsDownWarnsAndNoActivePortFails) {
   put("sys/class/infiniband/rxe_p2/ports/1/state", "1: DOWN");
-  CheckResult r = check("ports");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "rxe_p2:1 (p2) DOWN");
+  expectCheck("ports", Verdict::Warn, "rxe_p2:1 (p2) DOWN");
   put("sys/class/infiniband/rxe_p1/ports/1/state", "1: DOWN");
   EXPECT_VERDICT(check("ports"), Verdict::Fail);
 }
 
 TEST_F(DoctorTest, NoRdmaDeviceFailsWithWhatVerbsSaid) {
   remove("sys/class/infiniband");
-  CheckResult r = check("ports");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "rdma-core lists no RDMA device");
+  expectCheck("ports", Verdict::Fail, "rdma-core lists no RDMA device");
 }
 
 TEST_F(DoctorTest, PortsFromVerbsWhereSysfsHasNone) {
@@ -48,34 +42,26 @@ TEST_F(DoctorTest, PortsFromVerbsWhereSysfsHasNone) {
     p.gids.push_back(g);
     return std::vector<PortFact>{p};
   };
-  CheckResult r = check("ports");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "(verbs): fab_p1:1 (p1)");
+  expectCheck("ports", Verdict::Ok, "(verbs): fab_p1:1 (p1)");
   EXPECT_VERDICT(check("roce-gids"), Verdict::Ok);
 }
 
 TEST_F(DoctorTest, AMalformedGidFileIsAWarnNamingIt) {
   put("sys/class/infiniband/rxe_p2/ports/1/gids/2", "not-a-gid");
-  CheckResult r = check("ports");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "/sys/class/infiniband/rxe_p2/ports/1/gids/2 is not a GID");
+  expectCheck("ports", Verdict::Warn, "/sys/class/infiniband/rxe_p2/ports/1/gids/2 is not a GID");
 }
 
 TEST_F(DoctorTest, AnUnreadablePortStateIsAWarnNamingIt) {
   remove("sys/class/infiniband/rxe_p2/ports/1/state");
   mkdir("sys/class/infiniband/rxe_p2/ports/1/state");
-  CheckResult r = check("ports");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "rxe_p2/ports/1/state");
+  expectCheck("ports", Verdict::Warn, "rxe_p2/ports/1/state");
 }
 
 // --- MTU and GIDs ---------------------------------------------------------------------------------
 
 TEST_F(DoctorTest, Mtu1500OnOnePortWarns) {
   netif("p2").mtu = 1500;
-  CheckResult r = check("mtu");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "p2 1500 (RoCE 1024)");
+  CheckResult r = expectCheck("mtu", Verdict::Warn, "p2 1500 (RoCE 1024)");
   EXPECT_MENTIONS(r.fix, "mtu 9000");
 }
 
@@ -86,9 +72,7 @@ TEST_F(DoctorTest, MtusThatDifferBetweenPortsWarn) {
 
 TEST_F(DoctorTest, AnAddressWithoutItsRoceV2GidFails) {
   netif("p2").ipv4.push_back({0xc6120201, 24});  // 198.18.2.1, added after the port came up
-  CheckResult r = check("roce-gids");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "p2 198.18.2.1 on rxe_p2:1");
+  expectCheck("roce-gids", Verdict::Fail, "p2 198.18.2.1 on rxe_p2:1");
 }
 
 TEST_F(DoctorTest, ARoceV1GidDoesNotCount) {
@@ -106,16 +90,13 @@ TEST_F(DoctorTest, APinnedGidIndexWithIpv6GidsWarns) {
   EXPECT_VERDICT(check("gid-index"), Verdict::Ok);
   put("sys/class/infiniband/rxe_p1/ports/1/gids/2", "2001:0db8:0000:0000:0000:0000:0000:0001");
   put("sys/class/infiniband/rxe_p1/ports/1/gid_attrs/types/2", "RoCE v2");
-  CheckResult r = check("gid-index");
-  EXPECT_VERDICT(r, Verdict::Warn);
+  CheckResult r = expectCheck("gid-index", Verdict::Warn);
   EXPECT_MENTIONS(r.fix, "unset NCCL_MESH_GID_INDEX");
 }
 
 TEST_F(DoctorTest, APinnedGidIndexThatIsNotAnIpv4GidFails) {
   src_.env["NCCL_MESH_GID_INDEX"] = "0";  // the link-local GID
-  CheckResult r = check("gid-index");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "rxe_p1:1 (p1)");
+  expectCheck("gid-index", Verdict::Fail, "rxe_p1:1 (p1)");
 }
 
 // --- two ports in one subnet: ARP and reverse-path filtering -------------------------------------
@@ -135,9 +116,7 @@ class DoctorSharedSubnetTest : public DoctorTest {
 };
 
 TEST_F(DoctorSharedSubnetTest, WithoutArpSettingsFails) {
-  CheckResult r = check("arp");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "enP2p1s0f1np1+p1 in 198.18.0.0/24");
+  CheckResult r = expectCheck("arp", Verdict::Fail, "enP2p1s0f1np1+p1 in 198.18.0.0/24");
   EXPECT_MENTIONS(r.fix, "arp_ignore=1");
 }
 
@@ -151,9 +130,7 @@ TEST_F(DoctorSharedSubnetTest, AMalformedSysctlIsAWarnNamingIt) {
   put("proc/sys/net/ipv4/conf/all/arp_ignore", "1");
   put("proc/sys/net/ipv4/conf/all/arp_announce", "2");
   put("proc/sys/net/ipv4/conf/p1/arp_announce", "two");
-  CheckResult r = check("arp");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "conf/p1/arp_announce is not a number");
+  expectCheck("arp", Verdict::Warn, "conf/p1/arp_announce is not a number");
 }
 
 TEST_F(DoctorSharedSubnetTest, StrictRpFilterFailsAndLoosePasses) {
@@ -167,9 +144,7 @@ TEST_F(DoctorTest, StrictRpFilterWithOneSubnetPerPortIsOk) {
   put("proc/sys/net/ipv4/conf/all/rp_filter", "1");
   EXPECT_VERDICT(check("rp-filter"), Verdict::Ok);
   remove("proc/sys/net/ipv4/conf/p2/rp_filter");
-  CheckResult r = check("rp-filter");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "conf/p2/rp_filter");
+  expectCheck("rp-filter", Verdict::Warn, "conf/p2/rp_filter");
 }
 
 // --- the bootstrap interface and the relay ---------------------------------------------------------
@@ -187,9 +162,7 @@ TEST_F(DoctorTest, SocketIfnameOnAMeshPortFailsInATriangle) {
 
 TEST_F(DoctorTest, ARingWithoutTheRelayFails) {
   src_.nodes = 4;  // two cables, four nodes: a ring or a line
-  CheckResult r = check("relay");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "1 node(s) have no cable to this one");
+  expectCheck("relay", Verdict::Fail, "1 node(s) have no cable to this one");
   src_.env["NCCL_MESH_RELAY"] = "auto";
   EXPECT_VERDICT(check("relay"), Verdict::Ok);
 }
@@ -197,9 +170,7 @@ TEST_F(DoctorTest, ARingWithoutTheRelayFails) {
 TEST_F(DoctorTest, ALongRingNeedsMoreRelayHops) {
   src_.nodes = 8;
   src_.env["NCCL_MESH_RELAY"] = "auto";
-  CheckResult r = check("relay");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "a ring of 8 nodes needs 3");
+  expectCheck("relay", Verdict::Warn, "a ring of 8 nodes needs 3");
   src_.env["NCCL_MESH_RELAY_MAX_HOPS"] = "6";
   EXPECT_VERDICT(check("relay"), Verdict::Ok);
 }
@@ -215,9 +186,7 @@ TEST_F(DoctorTest, WithoutANodeCountTwoPeersWarn) {
 TEST_F(DoctorSharedSubnetTest, BothFunctionsOfOneCableCountAsOnePeer) {
   remove("sys/class/infiniband/rxe_p2");
   src_.nodes = 2;
-  CheckResult r = check("relay");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "cabled to 1 peer(s) over 1 subnet(s)");
+  expectCheck("relay", Verdict::Ok, "cabled to 1 peer(s) over 1 subnet(s)");
 }
 
 TEST_F(DoctorTest, SparkFunctionsInTheirOwnSubnetsAreOneCable) {
@@ -227,9 +196,7 @@ TEST_F(DoctorTest, SparkFunctionsInTheirOwnSubnetsAreOneCable) {
   netif("enp1s0f1np1").ipv4 = {{0xc6120401, 24}};
   netif("enP2p1s0f1np1").ipv4 = {{0xc6120501, 24}};
   src_.nodes = 3;  // p1 and the Spark cable: 2 peers
-  CheckResult r = check("relay");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "cabled to 2 peer(s) over 3 subnet(s)");
+  expectCheck("relay", Verdict::Ok, "cabled to 2 peer(s) over 3 subnet(s)");
 }
 
 }  // namespace

@@ -16,17 +16,13 @@ TEST_F(DoctorTest, AHealthyTriangleMemberPassesEveryCheck) {
 // --- the plugin and the NCCLs ------------------------------------------------------------------
 
 TEST_F(DoctorTest, PluginLoadIsOkWhenTheLibraryLoadsWithItsSymbols) {
-  CheckResult r = check("plugin-load");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "v8, v9, v10, v11, v12");
+  expectCheck("plugin-load", Verdict::Ok, "v8, v9, v10, v11, v12");
   EXPECT_EQ(pluginSpec_, "mesh");
 }
 
 TEST_F(DoctorTest, PluginLoadFailsWhenNcclCouldNotOpenIt) {
   pluginMask_ = -1;
-  CheckResult r = check("plugin-load");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "cannot open shared object");
+  expectCheck("plugin-load", Verdict::Fail, "cannot open shared object");
 }
 
 TEST_F(DoctorTest, PluginLoadFailsOnALibraryWithoutTheAbiSymbols) {
@@ -41,8 +37,7 @@ TEST_F(DoctorTest, PluginLoadProbesTheAbsolutePathNcclNetPluginNames) {
 }
 
 TEST_F(DoctorTest, PyTorchsNcclIsFoundBesideTorchAndItsAbiNamed) {
-  CheckResult r = check("nccl-pytorch");
-  EXPECT_VERDICT(r, Verdict::Ok);
+  CheckResult r = expectCheck("nccl-pytorch", Verdict::Ok);
   ASSERT_FALSE(probed_.empty());
   EXPECT_EQ(probed_[0], root_ + "/py/site-packages/nvidia/nccl/lib/libnccl.so.2");
   EXPECT_MENTIONS(r.found, "NCCL 2.28.9");
@@ -51,24 +46,18 @@ TEST_F(DoctorTest, PyTorchsNcclIsFoundBesideTorchAndItsAbiNamed) {
 
 TEST_F(DoctorTest, PyTorchsNcclOlderThan2_20Fails) {
   ncclCode_ = 21903;  // 2.19.3
-  CheckResult r = check("nccl-pytorch");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "v7, v6, v5");
+  expectCheck("nccl-pytorch", Verdict::Fail, "v7, v6, v5");
 }
 
 TEST_F(DoctorTest, PyTorchsNcclThatCrashesWhenLoadedIsAWarnNotTheDoctorsEnd) {
   ncclCode_ = 0;
-  CheckResult r = check("nccl-pytorch");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "signal 11");
+  expectCheck("nccl-pytorch", Verdict::Warn, "signal 11");
 }
 
 TEST_F(DoctorTest, AnNcclWithoutAbsolutePluginPathsFailsWhenThePathIsUsed) {
   ncclCode_ = 22005;  // 2.20.5
   src_.env["NCCL_NET_PLUGIN"] = "/opt/nccl-mesh/lib/libnccl-net-mesh.so";
-  CheckResult r = check("nccl-pytorch");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "absolute NCCL_NET_PLUGIN path (2.21)");
+  expectCheck("nccl-pytorch", Verdict::Fail, "absolute NCCL_NET_PLUGIN path (2.21)");
   src_.env["NCCL_NET_PLUGIN"] = "mesh";
   src_.env["NCCL_MESH_RELAY"] = "auto";  // run-time connect then does not matter
   EXPECT_VERDICT(check("nccl-pytorch"), Verdict::Ok);
@@ -76,9 +65,7 @@ TEST_F(DoctorTest, AnNcclWithoutAbsolutePluginPathsFailsWhenThePathIsUsed) {
 
 TEST_F(DoctorTest, NoPyTorchIsOk) {
   sysPath_ = {"/usr/lib/python3/dist-packages"};
-  CheckResult r = check("nccl-pytorch");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "no PyTorch");
+  expectCheck("nccl-pytorch", Verdict::Ok, "no PyTorch");
 }
 
 TEST_F(DoctorTest, TorchsOwnLibDirectoryComesFirst) {
@@ -105,18 +92,14 @@ TEST_F(DoctorTest, SystemNcclShadowedByPyTorchsOwnIsAWarn) {
     p.version = decodeNcclVersionCode(path.find("/usr/lib/") != std::string::npos ? 23007 : 22809);
     return p;
   };
-  CheckResult r = check("nccl-system");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "PyTorch jobs load their own NCCL 2.28.9");
+  CheckResult r = expectCheck("nccl-system", Verdict::Warn, "PyTorch jobs load their own NCCL 2.28.9");
   EXPECT_MENTIONS(r.fix, "LD_PRELOAD=/usr/lib/libnccl.so.2");
 }
 
 TEST_F(DoctorTest, AnNcclInLdLibraryPathIsTheOnePyTorchLoads) {
   put("home/u/nccl/build/lib/libnccl.so.2", "");
   src_.env["LD_LIBRARY_PATH"] = "/home/u/nccl/build/lib";  // NVIDIA's playbook's own NCCL build
-  CheckResult r = check("nccl-system");
-  EXPECT_VERDICT(r, Verdict::Ok);
-  EXPECT_MENTIONS(r.found, "PyTorch jobs with this LD_LIBRARY_PATH load this one");
+  expectCheck("nccl-system", Verdict::Ok, "PyTorch jobs with this LD_LIBRARY_PATH load this one");
 }
 
 TEST_F(DoctorTest, LdLibraryPathComesBeforeTheLoadersConfiguration) {
@@ -132,9 +115,7 @@ TEST_F(DoctorTest, LdLibraryPathComesBeforeTheLoadersConfiguration) {
 TEST_F(DoctorTest, NetPluginNoneFromEtcNcclConfFails) {
   src_.env.erase("NCCL_NET_PLUGIN");
   put("etc/nccl.conf", "# NVIDIA's playbook\nNCCL_NET_PLUGIN=none\n");
-  CheckResult r = check("net-plugin");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "NCCL_NET_PLUGIN=none (/etc/nccl.conf)");
+  expectCheck("net-plugin", Verdict::Fail, "NCCL_NET_PLUGIN=none (/etc/nccl.conf)");
 }
 
 TEST_F(DoctorTest, TheEnvironmentWinsOverNcclConf) {
@@ -173,8 +154,7 @@ TEST_F(DoctorTest, NcclNetIbOrSocketFails) {
 
 TEST_F(DoctorTest, NcclIbHcaWithNcclNetMeshWarnsAndNamesTheMeshSetting) {
   src_.env["NCCL_IB_HCA"] = "rocep1s0f1,roceP2p1s0f1";
-  CheckResult r = check("ib-settings");
-  EXPECT_VERDICT(r, Verdict::Warn);
+  CheckResult r = expectCheck("ib-settings", Verdict::Warn);
   EXPECT_MENTIONS(r.fix, "NCCL_IB_HCA -> NCCL_MESH_HCA");
   src_.env.erase("NCCL_NET");  // then they only tune NCCL's own IB transport
   EXPECT_VERDICT(check("ib-settings"), Verdict::Ok);
@@ -182,16 +162,13 @@ TEST_F(DoctorTest, NcclIbHcaWithNcclNetMeshWarnsAndNamesTheMeshSetting) {
 
 TEST_F(DoctorTest, MalformedNcclConfLinesAreNamedByFileAndLine) {
   put("etc/nccl.conf", "NCCL_DEBUG=INFO\njust words\nNCCL_NET = Mesh\n");
-  CheckResult r = check("nccl-conf");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "/etc/nccl.conf: line 2");
+  CheckResult r = expectCheck("nccl-conf", Verdict::Warn, "/etc/nccl.conf: line 2");
   EXPECT_MENTIONS(r.found, "line 3");
 }
 
 TEST_F(DoctorTest, AnUnreadableNcclConfIsAWarnNamingIt) {
   mkdir("etc/nccl.conf");  // a directory: opens, does not read (root can read any file)
-  CheckResult r = check("nccl-conf");
-  EXPECT_VERDICT(r, Verdict::Warn);
+  CheckResult r = expectCheck("nccl-conf", Verdict::Warn);
   EXPECT_MENTIONS(r.found, root_ + "/etc/nccl.conf");
 }
 
@@ -202,18 +179,14 @@ TEST_F(DoctorTest, AMissingNcclConfFileIsAWarn) {
 
 TEST_F(DoctorTest, InvalidMeshSettingsWarnWithTheirValues) {
   put("etc/nccl.conf", "NCCL_MESH_RELAY=sometimes\n");
-  CheckResult r = check("mesh-settings");
-  EXPECT_VERDICT(r, Verdict::Warn);
-  EXPECT_MENTIONS(r.found, "NCCL_MESH_RELAY='sometimes'");
+  expectCheck("mesh-settings", Verdict::Warn, "NCCL_MESH_RELAY='sometimes'");
 }
 
 // --- memory -----------------------------------------------------------------------------------
 
 TEST_F(DoctorTest, AContainersDefaultMemlockFails) {
   put("proc/self/limits", "Max locked memory         65536                65536                bytes\n");
-  CheckResult r = check("memlock");
-  EXPECT_VERDICT(r, Verdict::Fail);
-  EXPECT_MENTIONS(r.found, "64 KiB");
+  CheckResult r = expectCheck("memlock", Verdict::Fail, "64 KiB");
   EXPECT_MENTIONS(r.fix, "--ulimit memlock=-1");
 }
 
@@ -226,15 +199,13 @@ TEST_F(DoctorTest, ALargeFiniteMemlockWarnsAndCapIpcLockPasses) {
 
 TEST_F(DoctorTest, MalformedLimitsFileIsAWarnNamingIt) {
   put("proc/self/limits", "garbage");
-  CheckResult r = check("memlock");
-  EXPECT_VERDICT(r, Verdict::Warn);
+  CheckResult r = expectCheck("memlock", Verdict::Warn);
   EXPECT_MENTIONS(r.found, root_ + "/proc/self/limits");
 }
 
 TEST_F(DoctorTest, CmaFreeAboveCmaTotalFailsAndNamesKhoOff) {
   put("proc/meminfo", "CmaTotal:              0 kB\nCmaFree:          940604 kB\n");
-  CheckResult r = check("cma");
-  EXPECT_VERDICT(r, Verdict::Fail);
+  CheckResult r = expectCheck("cma", Verdict::Fail);
   EXPECT_MENTIONS(r.fix, "kho=off");
   put("proc/meminfo", "CmaTotal:              0 kB\nCmaFree:               0 kB\n");
   EXPECT_VERDICT(check("cma"), Verdict::Ok);  // kho=off's result
@@ -242,8 +213,7 @@ TEST_F(DoctorTest, CmaFreeAboveCmaTotalFailsAndNamesKhoOff) {
 
 TEST_F(DoctorTest, MissingMeminfoIsAWarnAndNoCmaLinesIsOk) {
   remove("proc/meminfo");
-  CheckResult r = check("cma");
-  EXPECT_VERDICT(r, Verdict::Warn);
+  CheckResult r = expectCheck("cma", Verdict::Warn);
   EXPECT_MENTIONS(r.found, root_ + "/proc/meminfo");
   put("proc/meminfo", "MemTotal: 1000 kB\n");
   EXPECT_VERDICT(check("cma"), Verdict::Ok);
