@@ -20,6 +20,15 @@
 
 namespace mesh {
 
+namespace {
+
+// The MTU this end offers for a link (enum ibv_mtu): the port's, capped by NCCL_MESH_IB_MTU.
+int offeredMtu(const MeshPort& port, int mtuCapBytes) {
+  return mtuCapBytes > 0 ? std::min(port.activeMtu, bytesToMtu(mtuCapBytes)) : port.activeMtu;
+}
+
+}  // namespace
+
 int resolveTrafficClass(int envTrafficClass, int commTrafficClass) {
   if (envTrafficClass >= 0) return envTrafficClass;
   if (commTrafficClass >= 0) return commTrafficClass;
@@ -128,9 +137,7 @@ void Comm::describe(HsMessage* local) const {
     hq.psn = qps_[q].qp.psn();
     memcpy(hq.gid, l.gid, 16);
     hq.gidIndex = static_cast<uint8_t>(l.route.gidIndex);
-    int mtu = l.port->activeMtu;
-    if (settings_.mtuCap > 0) mtu = std::min(mtu, bytesToMtu(settings_.mtuCap));
-    hq.mtu = static_cast<uint8_t>(mtu);
+    hq.mtu = static_cast<uint8_t>(offeredMtu(*l.port, settings_.mtuCap));
     local->qps.push_back(hq);
   }
 }
@@ -218,16 +225,17 @@ ncclResult_t Comm::connectQp(int q, const HsQp& r) {
   rem.psn = r.psn;
   memcpy(rem.gid, r.gid, 16);
   rem.localGidIndex = l.route.gidIndex;
-  rem.mtu = std::min<int>(r.mtu, l.port->activeMtu);
-  if (settings_.mtuCap > 0) rem.mtu = std::min(rem.mtu, bytesToMtu(settings_.mtuCap));
+  int localMtu = offeredMtu(*l.port, settings_.mtuCap);
+  rem.mtu = negotiatedMtu(localMtu, r.mtu);
   MESH_CHECK(qps_[q].qp.toRtr(rem, tuning_));
   MESH_CHECK(qps_[q].qp.toRts(tuning_));
   if (q % settings_.qpsPerLink == 0) {
     MESH_INFO(NCCL_INIT | NCCL_NET,
-              "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d",
+              "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d%s",
               sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
               l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
-              qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, tuning_.trafficClass);
+              qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, tuning_.trafficClass,
+              peerMtuNote(localMtu, r.mtu).c_str());
   }
   return ncclSuccess;
 }

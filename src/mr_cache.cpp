@@ -4,8 +4,6 @@
 // (never verbs.h's inline wrappers: the plugin must not link against libibverbs).
 #include "mesh/mr_cache.h"
 
-#include <sys/resource.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +12,7 @@
 #include "mesh/log.h"
 #include "mesh/nic_discovery.h"
 #include "mesh/page.h"
+#include "mesh/sysinfo.h"
 #include "mesh/verbs_loader.h"
 
 namespace mesh {
@@ -180,11 +179,6 @@ namespace {
 
 constexpr int kBaseAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
-std::string limitText(rlim_t value) {
-  if (value == RLIM_INFINITY) return "unlimited";
-  return std::to_string(value / 1024) + " KiB";
-}
-
 // The likely cause behind a failed registration, phrased as what to do about it.
 std::string registrationHint(MemKind kind, int err) {
   if (kind == MemKind::Cuda) {
@@ -196,14 +190,7 @@ std::string registrationHint(MemKind kind, int err) {
            "with dma-buf MRs)";
   }
   if (err != ENOMEM && err != EPERM && err != EFAULT) return "";
-  rlimit lim{};
-  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) {
-    return "; the locked-memory limit (RLIMIT_MEMLOCK) is probably too low: run with "
-           "`ulimit -l unlimited` (docker: --ulimit memlock=-1)";
-  }
-  return "; RLIMIT_MEMLOCK is " + limitText(lim.rlim_cur) + " (soft) / " +
-         limitText(lim.rlim_max) + " (hard): pinned memory needs more, run with "
-         "`ulimit -l unlimited` (docker: --ulimit memlock=-1)";
+  return pinningAdviceForThisProcess();
 }
 
 std::string describeFailure(const VerbsDevice& dev, const char* call, uintptr_t start,

@@ -146,17 +146,23 @@ std::string realPath(const std::string& path) {
 }  // namespace
 
 std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& device, int port,
-                                    int tableLen) {
+                                    int tableLen, std::vector<std::string>* problems) {
   std::vector<GidEntry> out;
   std::string base = root + "/class/infiniband/" + device + "/ports/" + std::to_string(port);
   for (int i = 0; i < tableLen; ++i) {
     std::string text, type, ndev;
     GidEntry e;
     e.index = i;
-    if (!readLine(base + "/gids/" + std::to_string(i), &text) || !parseGidText(text, e.gid) ||
-        isZeroGid(e.gid)) {
+    std::string path = base + "/gids/" + std::to_string(i);
+    if (!readLine(path, &text)) {
+      if (problems != nullptr) problems->push_back("cannot read " + path);
       continue;
     }
+    if (!parseGidText(text, e.gid)) {
+      if (problems != nullptr) problems->push_back(path + " is not a GID: '" + text + "'");
+      continue;
+    }
+    if (isZeroGid(e.gid)) continue;
     if (readLine(base + "/gid_attrs/types/" + std::to_string(i), &type)) {
       e.rocev2 = type == "RoCE v2";
     }
@@ -166,11 +172,8 @@ std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& 
   return out;
 }
 
-namespace {
-
-// GID table of one port: _ibv_query_gid_table when rdma-core has it, sysfs otherwise.
-std::vector<GidEntry> queryGids(const VerbsApi& api, ibv_context* ctx, const std::string& dev,
-                                int port, int tableLen) {
+std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const std::string& dev,
+                                    int port, int tableLen) {
   if (api.queryGidTable == nullptr || tableLen <= 0) {
     return readSysfsGids("/sys", dev, port, tableLen);
   }
@@ -192,6 +195,8 @@ std::vector<GidEntry> queryGids(const VerbsApi& api, ibv_context* ctx, const std
   }
   return out;
 }
+
+namespace {
 
 // Prefix length of `addr` on `netdev`, from the kernel's interface list; -1 if absent.
 int prefixOnNetdev(const ifaddrs* list, const std::string& netdev, uint32_t addr) {
@@ -268,7 +273,7 @@ bool probePort(const VerbsApi& api, const VerbsDevice& dev, int deviceIndex, int
   p.device = dev.name();
   p.port = portNum;
   std::string why =
-      collectAddresses(queryGids(api, dev.context(), dev.name(), portNum, pattr.gid_tbl_len), ifs, &p);
+      collectAddresses(queryPortGids(api, dev.context(), dev.name(), portNum, pattr.gid_tbl_len), ifs, &p);
   if (!why.empty()) {
     MESH_INFO(NCCL_INIT, "%s:%d skipped: %s", name, portNum, why.c_str());
     return false;

@@ -56,19 +56,6 @@ bool parseSizeList(const std::string& text, std::vector<size_t>* out) {
 
 std::string wrongText(long long wrong) { return wrong < 0 ? "-" : std::to_string(wrong); }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += strf("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 std::string jsonWrong(long long wrong) { return wrong < 0 ? "null" : std::to_string(wrong); }
 
 }  // namespace

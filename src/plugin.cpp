@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "mesh/plugin.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "mesh/async_events.h"
 #include "mesh/check.h"
 #include "mesh/log.h"
+#include "mesh/nccl_compat.h"
 #include "mesh/static_state.h"
 #include "mesh/version.h"
 
@@ -38,11 +40,15 @@ void markForkedChild() { gForkedChild.store(true, std::memory_order_relaxed); }
 
 bool Plugin::inForkedChild() { return gForkedChild.load(std::memory_order_relaxed); }
 
-ncclResult_t Plugin::init(ncclDebugLogger_t logger) {
+ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
   std::lock_guard<std::mutex> lock(initMutex_);
   if (logger != nullptr) setLogger(logger);
-  if (initialized_) return ncclSuccess;
+  if (initialized_) {
+    if (abi > 0 && !loaderLogged_) logLoader(logger, abi);
+    return ncclSuccess;
+  }
   MESH_INFO(NCCL_INIT | NCCL_NET, "%s", versionText().c_str());
+  if (abi > 0) logLoader(logger, abi);
 
   std::vector<std::string> warnings;
   config_ = loadConfig([](const char* name) { return getenv(name); }, &warnings);
@@ -298,6 +304,45 @@ RelayConnectSettings Plugin::relayConnectSettings() const {
   s.timeoutMs = config_.connectTimeoutMs;
   s.self = nodeId_;
   return s;
+}
+
+namespace {
+
+// ncclGetVersion of the NCCL that called init: in the global scope (NCCL linked into the
+// program, or loaded RTLD_GLOBAL), else in the library holding the logger NCCL passed (its
+// ncclDebugLog; PyTorch loads libnccl in a local scope, where RTLD_DEFAULT cannot see it).
+// Both are lookups in libraries already loaded: nothing is loaded or initialized here.
+NcclVersion loadingNcclVersion(ncclDebugLogger_t logger, std::string* where) {
+  using GetVersion = int (*)(int*);
+  auto ask = [](void* sym) {
+    int code = 0;
+    return sym != nullptr && reinterpret_cast<GetVersion>(sym)(&code) == 0 ? decodeNcclVersionCode(code)
+                                                                            : NcclVersion();
+  };
+  NcclVersion v = ask(dlsym(RTLD_DEFAULT, "ncclGetVersion"));
+  if (v.known()) {
+    *where = "the process's global scope";
+    return v;
+  }
+  Dl_info info{};
+  if (logger == nullptr || dladdr(reinterpret_cast<void*>(logger), &info) == 0 || info.dli_fname == nullptr) {
+    return v;
+  }
+  void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == nullptr) return v;
+  v = ask(dlsym(lib, "ncclGetVersion"));
+  dlclose(lib);
+  if (v.known()) *where = info.dli_fname;
+  return v;
+}
+
+}  // namespace
+
+void Plugin::logLoader(ncclDebugLogger_t logger, int abi) {
+  loaderLogged_ = true;
+  std::string where;
+  NcclVersion v = loadingNcclVersion(logger, &where);
+  MESH_INFO(NCCL_INIT | NCCL_NET, "%s", describeLoader(v, where, abi).c_str());
 }
 
 void Plugin::logSettings() const {

@@ -7,12 +7,22 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <random>
 
 #include "mesh/log.h"
 #include "mesh/nic_discovery.h"
 
 namespace mesh {
+
+int negotiatedMtu(int localMtu, int peerMtu) { return std::min(localMtu, peerMtu); }
+
+std::string peerMtuNote(int localMtu, int peerMtu) {
+  if (localMtu == peerMtu) return "";
+  return " peer_mtu=" + std::to_string(mtuToBytes(peerMtu)) + " (differs from ours, " +
+         std::to_string(mtuToBytes(localMtu)) +
+         ": the smaller is used; give both ends' netdevs the same MTU, 9000 for RoCE MTU 4096)";
+}
 
 uint32_t randomPsn() {
   uint32_t v = 0;

@@ -95,9 +95,14 @@ struct GidEntry {
 };
 // sysfs fallback for GID tables: reads <root>/class/infiniband/<dev>/ports/<port>/gids/<i>,
 // gid_attrs/types/<i> and gid_attrs/ndevs/<i> for i < tableLen. `root` is "/sys" in
-// production and a fake tree in tests. Unreadable or empty entries are skipped.
+// production and a fake tree in tests. Unreadable or empty entries are skipped; with
+// `problems`, each unreadable or malformed GID file is named there ("cannot read PATH: why").
 std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& device, int port,
-                                    int tableLen);
+                                    int tableLen, std::vector<std::string>* problems = nullptr);
+// GID table of one port of an open device: _ibv_query_gid_table when rdma-core has it, the
+// sysfs fallback otherwise. Netdev names are resolved in the caller's network namespace.
+std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const std::string& device,
+                                    int port, int tableLen);
 // Parses the text form of a GID ("fe80:0000:...:0001", as in sysfs). False on bad input.
 bool parseGidText(const std::string& text, uint8_t gid[16]);
 

@@ -40,7 +40,9 @@ class Plugin {
  public:
   static Plugin& instance();
 
-  ncclResult_t init(ncclDebugLogger_t logger);
+  // `abi`: the ncclNet version NCCL entered through (8..12), 0 from the tools. The first
+  // init with an ABI logs which NCCL loaded the library.
+  ncclResult_t init(ncclDebugLogger_t logger, int abi = 0);
   // `fromExitHandler`: called by the relay's atexit handler (the verbs provider is still
   // loaded then), so a pinned library shuts down in full; from the ELF destructor a pinned
   // library only stops its threads (see shutdown()).
@@ -78,6 +80,7 @@ class Plugin {
   Plugin() = default;
   void buildNetDevices();
   void logSettings() const;
+  void logLoader(ncclDebugLogger_t logger, int abi);
   void buildConnectionMachinery();
   void watchAsyncEvents();
   void initFork();
@@ -86,6 +89,7 @@ class Plugin {
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
   bool initialized_ = false;
+  bool loaderLogged_ = false;  // under initMutex_
   Config config_;
   VerbsApi verbs_;
   Discovery discovery_;

@@ -48,6 +48,12 @@ struct QpRemote {
   int mtu = 0;  // enum ibv_mtu: min of both ends' active MTU
 };
 
+// The path MTU both ends agree on: the smaller of the two (enum ibv_mtu values).
+int negotiatedMtu(int localMtu, int peerMtu);
+// For the connection's INFO line: "" when both ends offer the same MTU, else
+// " peer_mtu=1024 (differs from ours, 4096: the smaller is used; ...)". Pure.
+std::string peerMtuNote(int localMtu, int peerMtu);
+
 // Transport settings for RTR/RTS (from NCCL_MESH_IB_*).
 struct QpTuning {
   int timeout = 20;

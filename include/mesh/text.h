@@ -36,4 +36,18 @@ inline std::string strf(const char* fmt, ...) {
   return std::string(big.data(), static_cast<size_t>(n));
 }
 
+// `s` as a JSON string literal, quotes included (control characters as \u00XX).
+inline std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += strf("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace mesh

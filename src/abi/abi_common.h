@@ -158,8 +158,14 @@ ncclResult_t getProperties(int dev, Props* props) {
 
 // --- entry points with one signature in every version ----------------------------------------
 
-inline ncclResult_t init(ncclDebugLogger_t logFunction) {
-  return guarded("init", [&] { return Plugin::instance().init(logFunction); });
+// `abi`: the ncclNet version NCCL entered through (the init log line names the NCCL it implies).
+inline ncclResult_t init(ncclDebugLogger_t logFunction, int abi) {
+  return guarded("init", [&] { return Plugin::instance().init(logFunction, abi); });
+}
+
+template <int kAbi>
+ncclResult_t initAs(ncclDebugLogger_t logFunction) {
+  return init(logFunction, kAbi);
 }
 
 inline ncclResult_t devices(int* ndev) {

@@ -68,11 +68,11 @@ ncclResult_t lookup(void* ctx, const char* what, CommContext* out) {
 
 }  // namespace
 
-ncclResult_t ctxInit(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
+ncclResult_t ctxInit(int abi, void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
                      ncclDebugLogger_t logFunction, ncclProfilerCallback_t /*no profiler events*/) {
   MESH_ABI_NOT_NULL(ctx, "init");
   *ctx = nullptr;
-  MESH_CHECK(init(logFunction));  // first, so what follows logs through NCCL
+  MESH_CHECK(init(logFunction, abi));  // first, so what follows logs through NCCL
   return guarded("init", [&] {
     auto c = std::make_unique<CommContext>();
     c->commId = commId;

@@ -22,8 +22,14 @@
 namespace mesh {
 namespace abi {
 
-ncclResult_t ctxInit(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logFunction,
-                     ncclProfilerCallback_t profFunction);
+// `abi`: 11 or 12, the table NCCL entered through (ctxInitAs<> fills it in).
+ncclResult_t ctxInit(int abi, void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
+                     ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+template <int kAbi>
+ncclResult_t ctxInitAs(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logFunction,
+                       ncclProfilerCallback_t profFunction) {
+  return ctxInit(kAbi, ctx, commId, config, logFunction, profFunction);
+}
 ncclResult_t ctxFinalize(void* ctx);
 ncclResult_t ctxListen(void* ctx, int dev, void* handle, void** listenComm);
 ncclResult_t ctxConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm);

@@ -10,7 +10,7 @@
 namespace mesh {
 namespace {
 
-ncclResult_t v10Init(ncclDebugLogger_t logFunction, ncclProfilerCallback_t) { return abi::init(logFunction); }
+ncclResult_t v10Init(ncclDebugLogger_t logFunction, ncclProfilerCallback_t) { return abi::init(logFunction, 10); }
 
 // NCCL passes the communicator's config on every connect call, or NULL (its GPUDirect probe).
 ncclResult_t v10Connect(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,

@@ -8,7 +8,7 @@
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
     "Mesh",
-    mesh::abi::ctxInit,
+    mesh::abi::ctxInitAs<11>,
     mesh::abi::devices,
     mesh::abi::getProperties<ncclNetProperties_v11_t>,
     mesh::abi::ctxListen,

@@ -9,7 +9,7 @@
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     "Mesh",
-    mesh::abi::ctxInit,
+    mesh::abi::ctxInitAs<12>,
     mesh::abi::devices,
     mesh::abi::getProperties<ncclNetProperties_v12_t>,
     mesh::abi::ctxListen,

@@ -45,7 +45,7 @@ ncclResult_t v8Irecv(void* recvComm, int n, void** data, int* sizes, int* tags, 
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
     "Mesh",
-    mesh::abi::init,
+    mesh::abi::initAs<8>,
     mesh::abi::devices,
     mesh::abi::getProperties<ncclNetProperties_v8_t>,
     mesh::abi::listen,

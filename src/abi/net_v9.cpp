@@ -22,7 +22,7 @@ ncclResult_t v9Connect(int dev, void* handle, void** sendComm, ncclNetDeviceHand
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlugin_v9 = {
     "Mesh",
-    mesh::abi::init,
+    mesh::abi::initAs<9>,
     mesh::abi::devices,
     mesh::abi::getProperties<ncclNetProperties_v9_t>,
     mesh::abi::listen,

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "mesh/doctor.h"
 #include "mesh/handle_codec.h"
 #include "mesh/ipv4.h"
 #include "mesh/log.h"
@@ -60,6 +61,7 @@ const char kUsage[] =
     "       nccl-mesh-info --serve [--port PORT] [--bind ADDR] [--once [--timeout S]] [-v]\n"
     "       nccl-mesh-info --settings | --version | --help\n"
     "       nccl-mesh-info --subnets | --ring-order FILE\n"
+    "       nccl-mesh-info --doctor [--json] [--nodes N] [--root PREFIX]\n"
     "\n"
     "Shows what the nccl-mesh plugin finds on this node: every usable RoCEv2 port (an\n"
     "ACTIVE Ethernet RDMA port with an IPv4 address), the devices NCCL is offered, and how\n"
@@ -101,6 +103,9 @@ const char kUsage[] =
     "                line per node, e.g. from `for h in a b c d; do ssh $h nccl-mesh-info\n"
     "                --subnets; done > nodes.txt`; blank lines and # comments are skipped.\n"
     "                Needs no RDMA. Exit status: 0; 2 bad input (the line is named)\n"
+    "  --doctor      check this node before a job, changing nothing: one line per check (OK,\n"
+    "                WARN or FAIL, what was found, the fix); exit 0 all OK, 1 a WARN, 2 a FAIL.\n"
+    "                --nodes N: the job's node count; --root PREFIX: files under PREFIX\n"
     "  --json        machine-readable output on stdout\n"
     "  -v            print the plugin's INFO log on stderr (why ports were skipped, settings)\n"
     "  --settings    print every NCCL_MESH_* setting (name, default, meaning) as a markdown\n"
@@ -136,6 +141,8 @@ struct Options {
   bool version = false;
   bool routes = false;
   bool subnets = false;
+  bool doctor = false;
+  mesh::DoctorOptions doctorOpts;  // --doctor --root --nodes
   std::string ringOrder;  // --ring-order FILE
   int listenS = 0;  // --listen: 0 = off
   std::string probe;  // --probe PEER
@@ -194,6 +201,8 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->routes = true;
     } else if (arg == "--subnets") {
       opt->subnets = true;
+    } else if (arg == "--doctor") {
+      opt->doctor = true;
     } else if (arg == "--version") {
       opt->version = true;
     } else if (arg == "--serve") {
@@ -209,7 +218,7 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       }
       opt->listenS = static_cast<int>(v);
     } else if (arg == "--probe" || arg == "--port" || arg == "--bind" || arg == "--timeout" ||
-               arg == "--ring-order") {
+               arg == "--ring-order" || arg == "--root" || arg == "--nodes") {
       if (i + 1 >= argc) {
         *error = arg + " needs a value";
         return false;
@@ -222,6 +231,14 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
         opt->ringOrder = value;
       } else if (arg == "--bind") {
         opt->bind = value;
+      } else if (arg == "--root") {
+        opt->doctorOpts.root = value;
+      } else if (arg == "--nodes") {
+        opt->doctorOpts.nodes = static_cast<int>(strtol(value.c_str(), &end, 10));
+        if (*end != '\0' || opt->doctorOpts.nodes < 1 || opt->doctorOpts.nodes > 1024) {
+          *error = "--nodes: '" + value + "' is not a node count (1..1024)";
+          return false;
+        }
       } else if (arg == "--port") {
         long v = strtol(value.c_str(), &end, 10);
         if (*end != '\0' || v < 0 || v > 65535) {
@@ -612,22 +629,7 @@ void printNoPortHint(const mesh::Plugin& plugin) {
 
 // --- JSON output -----------------------------------------------------------------------------
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using mesh::jsonString;
 
 std::string jsonPort(const mesh::MeshPort& p) {
   std::string addrs;
@@ -820,6 +822,10 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (!opt.ringOrder.empty()) return printRingOrder(opt.ringOrder);  // before any RDMA: pure input
+  if (opt.doctor) {
+    opt.doctorOpts.json = opt.json;
+    return mesh::runDoctor(opt.doctorOpts);
+  }
   if (opt.subnets) {
     int status = printSubnets();
     mesh::Plugin::instance().shutdown();

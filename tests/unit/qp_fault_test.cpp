@@ -504,5 +504,12 @@ TEST_F(QpFault, ModifyToRtrFailureStillDestroysTheQp) {
   EXPECT_TRUE(g.liveQps.empty());
 }
 
+TEST(PeerMtu, NamedOnlyWhenTheEndsDiffer) {
+  EXPECT_EQ(peerMtuNote(IBV_MTU_4096, IBV_MTU_4096), "");
+  std::string note = peerMtuNote(IBV_MTU_4096, IBV_MTU_1024);
+  EXPECT_NE(note.find("peer_mtu=1024 (differs from ours, 4096"), std::string::npos) << note;
+  EXPECT_EQ(negotiatedMtu(IBV_MTU_4096, IBV_MTU_1024), IBV_MTU_1024);
+}
+
 }  // namespace
 }  // namespace mesh
