@@ -462,22 +462,23 @@ bool parseHeaderLine(const std::string& key, const std::string& rest, Header* h,
 bool parseTrace(const std::string& text, Trace* out, std::string* error) {
   Trace t;
   std::vector<std::string> lines = split(text, '\n');
-  // A complete file ends with '\n': split() then leaves one empty string at the end.
-  if (text.empty() || lines.back() != "") {
-    *error = text.empty() ? "empty file (not a trace)"
-                          : "line " + std::to_string(lines.size()) +
-                                ": truncated (the file does not end with a newline: the recording process "
-                                "died while writing it?)";
-    return false;
-  }
-  lines.pop_back();
-  if (lines[0] != "nccl-mesh-trace " + std::to_string(kFormatVersion)) {
+  // The magic first: a file that is not a trace says so, whatever else is wrong with it.
+  const std::string magic = "nccl-mesh-trace " + std::to_string(kFormatVersion);
+  if (text.empty()) return (*error = "empty file (not a trace)", false);
+  if (lines[0] != magic) {
     *error = lines[0].rfind("nccl-mesh-trace ", 0) == 0
                  ? "line 1: format '" + lines[0].substr(0, 40) + "' is not version " + std::to_string(kFormatVersion) +
                        " (this build reads version " + std::to_string(kFormatVersion) + ")"
                  : "line 1: not an nccl-mesh trace (no 'nccl-mesh-trace' magic)";
     return false;
   }
+  // A complete file ends with '\n': split() then leaves one empty string at the end.
+  if (lines.back() != "") {
+    *error = "line " + std::to_string(lines.size()) +
+             ": truncated (the file does not end with a newline: the recording process died while writing it?)";
+    return false;
+  }
+  lines.pop_back();
   size_t i = 1;
   bool inRecords = false;
   for (; i < lines.size() && !inRecords; ++i) {

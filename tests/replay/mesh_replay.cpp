@@ -36,12 +36,14 @@ const char kUsage[] =
     "run only:\n"
     "  --fabric-net PATH  scripts/fabric-net\n"
     "  --dropin LIB       the fabric's libibverbs.so.1 (NCCL_MESH_IBVERBS_LIB)\n"
-    "  --plugin-dir DIR   put first in LD_LIBRARY_PATH (the build folder of the plugin)\n";
+    "  --plugin-dir DIR   put first in LD_LIBRARY_PATH (the build folder of the plugin)\n"
+    "  --env NAME=VALUE   set in every node's environment (repeatable)\n";
 
 struct Args {
   std::string mode;
   Options opts;
   std::string fabricNet, dropin, pluginDir;
+  std::vector<std::string> env;  // --env NAME=VALUE: into every node's environment
   std::vector<std::string> traces;
 };
 
@@ -76,6 +78,9 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       a->dropin = v;
     } else if (k == "--plugin-dir") {
       a->pluginDir = v;
+    } else if (k == "--env") {
+      if (v.find('=') == std::string::npos) return (*error = "--env " + v + ": expected NAME=VALUE", false);
+      a->env.push_back(v);
     } else {
       return (*error = "unknown option " + k, false);
     }
@@ -102,10 +107,11 @@ int runJob(const Args& a, const Plan& plan) {
   std::vector<std::string> cmd = {a.fabricNet, "run", "--nodes", std::to_string(plan.nodes), "--topology",
                                   plan.topology, "--links", std::to_string(plan.links), "--timeout",
                                   std::to_string(static_cast<int>(a.opts.deadline) + 30), "--",
-                                  "env", "LD_LIBRARY_PATH=" + libPath, "NCCL_MESH_IBVERBS_LIB=" + absolute(a.dropin),
-                                  self, "node", "--plugin", a.opts.plugin, "--deadline",
+                                  "env", "LD_LIBRARY_PATH=" + libPath, "NCCL_MESH_IBVERBS_LIB=" + absolute(a.dropin)};
+  cmd.insert(cmd.end(), a.env.begin(), a.env.end());
+  cmd.insert(cmd.end(), {self, "node", "--plugin", a.opts.plugin, "--deadline",
                                   std::to_string(a.opts.deadline), "--wait", std::to_string(a.opts.wait),
-                                  "--run-id", a.opts.runId};
+                                  "--run-id", a.opts.runId});
   if (a.opts.verbose) cmd.push_back("--verbose");
   for (const TraceFile& f : plan.files) cmd.push_back(absolute(f.path));
   printf("mesh_replay: %s\n", describePlan(plan).c_str());
