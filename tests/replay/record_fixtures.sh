@@ -44,4 +44,14 @@ record triangle 3 -- allreduce --pairs 2 --count 65536 --iters 1
 # diagonal pairs go through a neighbour's relay.
 record ring4_relay_patterns 4 --topology ring --env NCCL_MESH_RELAY=auto \
   -- patterns --ring-first --count 4099 --alltoall-bytes 8195 --iters 1
+# The pair again as NCCL's threads would make the calls: connection setup, registration and
+# closes on one thread (NCCL's proxy service thread), isend/irecv/iflush/test on another (its
+# progress thread): the replay must order the two through the objects they share.
+rm -rf "$out/pair_two_threads"
+mkdir -p "$out/pair_two_threads"
+for f in "$out"/pair/r*.trace; do
+  awk 'body && $4 ~ /^(isend|irecv|iflush|test)$/ { $3 = 2 } body && $4 !~ /^(isend|irecv|iflush|test)$/ { $3 = 1 }
+       { print } $1 == "records" { body = 1 }' "$f" > "$out/pair_two_threads/$(basename "$f")"
+done
+echo "record_fixtures: pair_two_threads: the pair's traces on two threads"
 du -sh "$out"

@@ -93,7 +93,7 @@ netapi::NetApi* Session::apiFor(const Record& r) {
     auto it = ctxApi_.find(r.ctx);
     if (it != ctxApi_.end()) return it->second;
   }
-  return apis_[0].get();
+  return main_;
 }
 
 LiveComm Session::comm(const Record& r, uint64_t id, const char* what) {
@@ -141,7 +141,7 @@ void Session::addRequest(uint64_t id, std::shared_ptr<LiveReq> req) {
 void Session::testOnce(LiveReq& req) {
   int done = 0;
   size_t sizes[netapi::kMaxTestSizes];
-  ncclResult_t res = apis_[0]->test(req.p, &done, sizes, req.n);
+  ncclResult_t res = main_->test(req.p, &done, sizes, req.n);
   if (res != ncclSuccess) {
     req.finished = true;
     req.result = res;
@@ -234,7 +234,7 @@ void* Session::nullCapable(const Record& r, const PendingKey& key, Fn call) {
 // --- calls ---------------------------------------------------------------------------------
 
 void Session::doInit(const Record& r) {
-  if (api_ < 11) return expectResult(r, apis_[0]->init(replayLogger));
+  if (api_ < 11) return expectResult(r, main_->init(replayLogger));
   auto api = std::make_unique<netapi::NetApi>();
   std::string why;
   if (!api->bind(lib_, api_, &why)) fatal(r, "a table", why);
@@ -247,7 +247,7 @@ void Session::doInit(const Record& r) {
 
 void Session::doFinalize(const Record& r) {
   netapi::NetApi* api = apiFor(r);
-  if (api_ < 11 || api == apis_[0].get()) return note(r, "no live context: skipped");
+  if (api_ < 11 || api == main_) return note(r, "no live context: skipped");
   expectResult(r, api->finalize());
   std::lock_guard<std::mutex> lock(mutex_);
   ctxApi_.erase(r.ctx);
@@ -255,14 +255,14 @@ void Session::doFinalize(const Record& r) {
 
 void Session::doDevices(const Record& r) {
   int n = 0;
-  ncclResult_t res = apis_[0]->devices(&n);
+  ncclResult_t res = main_->devices(&n);
   expectResult(r, res);
   if (res == ncclSuccess && n != r.ndev) diverge(r, e2e::format("%d device(s)", r.ndev), e2e::format("%d", n));
 }
 
 void Session::doProps(const Record& r) {
   netapi::Properties p;
-  ncclResult_t res = apis_[0]->getProperties(r.dev, &p);
+  ncclResult_t res = main_->getProperties(r.dev, &p);
   expectResult(r, res);
   if (res == ncclSuccess && r.maxRecvs != 0 && p.maxRecvs != r.maxRecvs) {
     diverge(r, e2e::format("maxRecvs %d", r.maxRecvs), e2e::format("maxRecvs %d", p.maxRecvs));
@@ -327,7 +327,7 @@ void Session::doConnect(const Record& r) {
 void Session::doAccept(const Record& r) {
   LiveComm l = comm(r, r.comm, "listen comm");
   void* rc = nullCapable(r, PendingKey{static_cast<int>(Call::Accept), r.comm, 0},
-                         [&](void** out) { return apis_[0]->accept(l.p, out); });
+                         [&](void** out) { return main_->accept(l.p, out); });
   if (rc != nullptr) addComm(r.obj, LiveComm{rc, l.connKey});
 }
 
@@ -342,7 +342,7 @@ void Session::doRegMr(const Record& r) {
   }
   LiveComm c = comm(r, r.comm, "comm");
   void* mh = nullptr;
-  ncclResult_t res = apis_[0]->regMr(c.p, buf, size, NCCL_PTR_HOST, &mh);
+  ncclResult_t res = main_->regMr(c.p, buf, size, NCCL_PTR_HOST, &mh);
   if (res != ncclSuccess) free(buf);
   expectResult(r, res);
   if (res != ncclSuccess) return;
@@ -359,7 +359,7 @@ void Session::doDeregMr(const Record& r) {
   }
   if (mh.buf == nullptr) fatal(r, e2e::format("registration %" PRIu64, r.obj), "no such registration");
   LiveComm c = comm(r, r.comm, "comm");
-  ncclResult_t res = apis_[0]->deregMr(c.p, mh.p);
+  ncclResult_t res = main_->deregMr(c.p, mh.p);
   expectResult(r, res);
   if (res != ncclSuccess) return;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -381,11 +381,12 @@ void Session::doIsend(const Record& r) {
     index = sent_[perTag];
   }
   if (!inFlight) fillPattern(data, r.size[0], patternSeed(s.connKey, r.tag[0], index));
-  void* req = nullCapable(r, key, [&](void** out) { return apis_[0]->isend(s.p, data, r.size[0], r.tag[0], mh, out); });
+  void* req = nullCapable(r, key, [&](void** out) { return main_->isend(s.p, data, r.size[0], r.tag[0], mh, out); });
   if (req == nullptr) return;
   auto live = std::make_shared<LiveReq>();
   live->p = req;
   live->owner = r.thread;
+  live->comm = r.comm;
   live->n = 1;
   std::lock_guard<std::mutex> lock(mutex_);
   sent_[perTag]++;
@@ -401,11 +402,12 @@ void Session::doIrecv(const Record& r) {
     b.tag[i] = r.tag[i];
   }
   void* req = nullCapable(r, PendingKey{static_cast<int>(Call::Irecv), r.comm, r.n > 0 ? r.tag[0] : 0},
-                          [&](void** out) { return apis_[0]->irecv(c.p, r.n, b.data, b.size, b.tag, b.mh, out); });
+                          [&](void** out) { return main_->irecv(c.p, r.n, b.data, b.size, b.tag, b.mh, out); });
   if (req == nullptr) return;
   auto live = std::make_shared<LiveReq>();
   live->p = req;
   live->owner = r.thread;
+  live->comm = r.comm;
   live->recv = true;
   live->n = r.n;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -425,7 +427,7 @@ void Session::doIflush(const Record& r) {
     b.isize[i] = static_cast<int>(r.size[i]);
   }
   void* req = nullptr;
-  ncclResult_t res = apis_[0]->iflush(c.p, r.n, b.data, b.isize, b.mh, &req);
+  ncclResult_t res = main_->iflush(c.p, r.n, b.data, b.isize, b.mh, &req);
   expectResult(r, res);
   if (res != ncclSuccess) return;
   if ((req != nullptr) != (r.obj != 0)) {
@@ -441,6 +443,7 @@ void Session::doIflush(const Record& r) {
   auto live = std::make_shared<LiveReq>();
   live->p = req;
   live->owner = r.thread;
+  live->comm = r.comm;
   live->n = 1;
   if (r.obj != 0) return addRequest(r.obj, live);
   // A flush only the replay made: completed here, nothing later tests it.
@@ -489,7 +492,21 @@ void Session::doTest(const Record& r) {
 
 void Session::doClose(const Record& r) {
   LiveComm c = comm(r, r.comm, "comm");
-  netapi::NetApi& api = *apis_[0];
+  // Requests NCCL left untested die with their comm: no pump may test them during the close.
+  std::vector<std::shared_ptr<LiveReq>> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = reqs_.begin(); it != reqs_.end();) {
+      bool mine = it->second->comm == r.comm;
+      if (mine) orphans.push_back(it->second);
+      it = mine ? reqs_.erase(it) : std::next(it);
+    }
+  }
+  for (const std::shared_ptr<LiveReq>& req : orphans) {
+    std::lock_guard<std::mutex> busy(req->busy);
+    req->finished = true;
+  }
+  netapi::NetApi& api = *main_;
   ncclResult_t res = r.call == Call::CloseSend   ? api.closeSend(c.p)
                      : r.call == Call::CloseRecv ? api.closeRecv(c.p)
                                                  : api.closeListen(c.p);
@@ -504,7 +521,7 @@ void Session::doClose(const Record& r) {
 }
 
 void Session::doMisc(const Record& r) {
-  netapi::NetApi& api = *apis_[0];
+  netapi::NetApi& api = *main_;
   if (r.call == Call::GetDeviceMr) {
     LiveMh mh;
     {

@@ -40,6 +40,7 @@ struct LiveReq {
   std::mutex busy;          // held while a thread tests it
   void* p = nullptr;
   uint32_t owner = 0;       // the recorded thread that issued it (its pump polls it)
+  uint64_t comm = 0;        // recorded id of its comm: closing the comm ends it
   bool recv = false;
   int n = 0;
   bool finished = false;    // a test said done, or failed
@@ -134,7 +135,8 @@ class Session {
   std::atomic<bool>* stopping_;
   void* lib_ = nullptr;
   int api_ = 0;
-  std::vector<std::unique_ptr<netapi::NetApi>> apis_;  // [0]: every call without a context
+  std::vector<std::unique_ptr<netapi::NetApi>> apis_;  // every table bound (under mutex_)
+  netapi::NetApi* main_ = nullptr;                     // the first: every call without a context
 
   std::mutex mutex_;
   std::condition_variable doneCv_;

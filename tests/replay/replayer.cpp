@@ -91,8 +91,9 @@ void Session::load() {
   lib_ = dlopen(opts_.plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib_ == nullptr) e2e::fail("dlopen(\"%s\") failed: %s", opts_.plugin.c_str(), dlerror());
   apis_.push_back(std::make_unique<netapi::NetApi>());
+  main_ = apis_.back().get();
   std::string why;
-  if (!apis_[0]->bind(lib_, api_, &why)) e2e::fail("%s: %s", opts_.plugin.c_str(), why.c_str());
+  if (!main_->bind(lib_, api_, &why)) e2e::fail("%s: %s", opts_.plugin.c_str(), why.c_str());
   computeDeps();
 }
 
@@ -108,6 +109,9 @@ void Session::computeDeps() {
   deps_.assign(recs.size(), {});
   std::map<std::pair<char, uint64_t>, std::map<uint32_t, size_t>> last;  // object -> thread -> record
   std::map<uint32_t, size_t> lastInit;
+  // A request stands for its comm and buffers: its test must come before they are closed
+  // or deregistered, as it did for NCCL.
+  std::map<uint64_t, std::vector<std::pair<char, uint64_t>>> requestOf;
   for (size_t i = 0; i < recs.size(); ++i) {
     const Record& r = recs[i];
     std::vector<std::pair<char, uint64_t>> objs;
@@ -119,6 +123,10 @@ void Session::computeDeps() {
     if (r.obj != 0) objs.push_back({objIsComm ? 'c' : objIsMh ? 'm' : 'r', r.obj});
     if (r.call == Call::Isend || r.call == Call::Irecv || r.call == Call::Iflush) {
       for (int b = 0; b < r.n; ++b) objs.push_back({'m', r.mh[b]});
+      if (r.obj != 0) requestOf[r.obj] = objs;
+    }
+    if ((r.call == Call::Test || r.call == Call::IrecvConsumed) && requestOf.count(r.obj)) {
+      for (const auto& o : requestOf[r.obj]) objs.push_back(o);
     }
     std::set<size_t> d;
     for (const auto& o : objs) {
