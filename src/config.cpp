@@ -338,7 +338,7 @@ std::vector<Setting> buildTable() {
                   &Config::relayMem, kMiB, 64 * kGiB),
       stringSetting("NCCL_MESH_TRACE", "",
                     "Record every ncclNet call NCCL makes (arguments, results, never the data) into "
-                    "PREFIX.<host>.<pid>.trace, for bug reports and tests/replay's mesh_replay; "
+                    "PREFIX.HOST.PID.trace, for bug reports and tests/replay's mesh_replay; "
                     "empty = off",
                     &Config::tracePath),
       sizeSetting("NCCL_MESH_TRACE_MAX", "64M",
