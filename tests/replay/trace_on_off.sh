@@ -44,7 +44,7 @@ if ! diff "$tmp/off.pass" "$tmp/on.pass"; then
 fi
 ntraces=$(ls "$tmp"/r*.trace 2>/dev/null | wc -l)
 echo "trace_on_off: ${scenario[0]} passed with tracing off and on, same results; $ntraces trace(s), $(du -ch "$tmp"/r*.trace | tail -1 | cut -f1)"
-[ "$ntraces" -eq "$nodes" ] || { echo "trace_on_off: expected $nodes traces"; exit 1; }
+[ "$ntraces" -ge "$nodes" ] || { echo "trace_on_off: expected a trace per node at least"; exit 1; }
 if ! "$build/tests/replay/mesh_replay" run --fabric-net "$root/scripts/fabric-net" --dropin "$dropin" \
      --plugin-dir "$build" --deadline 120 --wait 30 "$tmp"; then
   echo "trace_on_off: the traces just recorded did not replay clean"
