@@ -140,20 +140,21 @@ class Recorder {
     for (auto it = pending_.begin(); it != pending_.end();) {
       int call = std::get<0>(it->first);
       bool onComm = (call == static_cast<int>(Call::Isend) || call == static_cast<int>(Call::Irecv) ||
-                     call == static_cast<int>(Call::Accept)) && std::get<1>(it->first) == id;
+                     call == static_cast<int>(Call::Accept)) &&
+                    std::get<1>(it->first) == id;
       it = onComm ? pending_.erase(it) : std::next(it);
     }
   }
 
-  // True when this "not yet" is a retry (counted, not recorded); false for the first.
-  bool retryOf(const PendingKey& key) { return pending_[key]++ > 0; }
-  // How many "not yet" returns preceded the call that ended them.
-  uint64_t endRetries(const PendingKey& key) {
+  // A call that may say "not yet" (success, NULL object): the first such answer is written,
+  // the retries after it only counted; the call that ends them (an object or an error) is
+  // written with their number. False: a retry, nothing to write.
+  bool firstOrFinal(const PendingKey& key, ncclResult_t r, const void* obj, Record* rec) {
+    if (r == ncclSuccess && obj == nullptr) return pending_[key]++ == 0;
     auto it = pending_.find(key);
-    if (it == pending_.end()) return 0;
-    uint64_t n = it->second;
-    pending_.erase(it);
-    return n;
+    rec->repeats = it == pending_.end() ? 0 : it->second;
+    if (it != pending_.end()) pending_.erase(it);
+    return true;
   }
 
   void flush() {
@@ -186,8 +187,10 @@ class Recorder {
     static const char kEnd[] = "end cap\n";
     if (written_ + buf_.size() + len + sizeof(kEnd) > cap_) {
       buf_ += kEnd;
-      MESH_WARN("NCCL_MESH_TRACE: %s reached NCCL_MESH_TRACE_MAX (%zu bytes); recording stopped "
-                "(raise NCCL_MESH_TRACE_MAX to record more)", path_.c_str(), cap_);
+      MESH_WARN(
+          "NCCL_MESH_TRACE: %s reached NCCL_MESH_TRACE_MAX (%zu bytes); recording stopped "
+          "(raise NCCL_MESH_TRACE_MAX to record more)",
+          path_.c_str(), cap_);
       gOn.store(false, std::memory_order_relaxed);
       close();
       return;
@@ -235,7 +238,8 @@ Header makeHeader(const Config& config, uint64_t t0) {
   h.t0Ns = t0;
   h.plugin = versionText();
   for (const MeshPort& p : Plugin::instance().discovery().ports) {
-    for (const PortAddress& a : p.addrs) h.addrs.push_back(formatIpv4(a.ip.addr) + "/" + std::to_string(a.ip.prefixLen));
+    for (const PortAddress& a : p.addrs)
+      h.addrs.push_back(formatIpv4(a.ip.addr) + "/" + std::to_string(a.ip.prefixLen));
   }
   h.settings = describeConfig(config);
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -302,257 +306,227 @@ void lists(Record* rec, Recorder* s, int n, void* const* data, void* const* mhs)
 
 void* out(void* const* p, ncclResult_t r) { return p != nullptr && r == ncclSuccess ? *p : nullptr; }
 
+enum class Flush { No, Yes };
+
+// One call: `fill` completes the record under the lock (false: a counted retry, nothing to
+// write), then it is written; nothing happens while not recording.
+template <typename Fill>
+void record(Call call, int api, ncclResult_t r, Flush flush, Fill fill) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  Recorder* s = live();
+  if (s == nullptr) return;
+  Record rec = s->begin(call, api, r);
+  if (!fill(s, rec)) return;
+  s->emit(rec);
+  if (flush == Flush::Yes) s->flush();
+}
+
+template <typename Fill>
+void record(Call call, int api, ncclResult_t r, Fill fill) {
+  record(call, api, r, Flush::No, fill);
+}
+
 }  // namespace
 
 void afterInit(int api, ncclResult_t r, void* const* ctx, uint64_t commId, int tc) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  if (!gTried && !Plugin::inForkedChild()) {
-    gTried = true;
-    start();
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (!gTried && !Plugin::inForkedChild()) {
+      gTried = true;
+      start();
+    }
   }
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Init, api, r);
-  if (api >= 11) {
-    rec.ctx = s->newCtx(out(ctx, r));
-    rec.commId = commId;
-    rec.trafficClass = tc;
-  }
-  s->emit(rec);
+  record(Call::Init, api, r, [&](Recorder* s, Record& rec) {
+    if (api >= 11) {
+      rec.ctx = s->newCtx(out(ctx, r));
+      rec.commId = commId;
+      rec.trafficClass = tc;
+    }
+    return true;
+  });
 }
 
 void afterFinalize(int api, void* ctx, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Finalize, api, r);
-  rec.ctx = s->ctx(ctx);
-  if (r == ncclSuccess) s->endCtx(ctx);
-  s->emit(rec);
-  s->flush();
+  record(Call::Finalize, api, r, Flush::Yes, [&](Recorder* s, Record& rec) {
+    rec.ctx = s->ctx(ctx);
+    if (r == ncclSuccess) s->endCtx(ctx);
+    return true;
+  });
 }
 
 void afterDevices(int api, const int* ndev, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Devices, api, r);
-  rec.ndev = ndev != nullptr && r == ncclSuccess ? *ndev : 0;
-  s->emit(rec);
+  record(Call::Devices, api, r, [&](Recorder*, Record& rec) {
+    rec.ndev = ndev != nullptr && r == ncclSuccess ? *ndev : 0;
+    return true;
+  });
 }
 
 void afterProps(int api, int dev, int maxRecvs, int ptrSupport, int speed, const char* name, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Props, api, r);
-  rec.dev = dev;
-  rec.maxRecvs = maxRecvs;
-  rec.ptrSupport = ptrSupport;
-  rec.speed = speed;
-  if (name != nullptr) rec.name.assign(name, strnlen(name, 256));
-  s->emit(rec);
+  record(Call::Props, api, r, [&](Recorder*, Record& rec) {
+    rec.dev = dev;
+    rec.maxRecvs = maxRecvs;
+    rec.ptrSupport = ptrSupport;
+    rec.speed = speed;
+    if (name != nullptr) rec.name.assign(name, strnlen(name, 256));
+    return true;
+  });
 }
 
 void afterListen(int api, void* ctx, int dev, const void* handle, void* const* listenComm, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Listen, api, r);
-  rec.ctx = s->ctx(ctx);
-  rec.dev = dev;
-  rec.obj = s->newComm(out(listenComm, r));
-  if (handle != nullptr && r == ncclSuccess) {
-    rec.hasHandle = true;
-    rec.handle = handleKey(handle, kHandleBytes);
-  }
-  s->emit(rec);
+  record(Call::Listen, api, r, [&](Recorder* s, Record& rec) {
+    rec.ctx = s->ctx(ctx);
+    rec.dev = dev;
+    rec.obj = s->newComm(out(listenComm, r));
+    if (handle != nullptr && r == ncclSuccess) {
+      rec.hasHandle = true;
+      rec.handle = handleKey(handle, kHandleBytes);
+    }
+    return true;
+  });
 }
 
 void afterConnect(int api, void* ctx, int dev, const void* handle, int tc, void* const* sendComm, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Connect, api, r);
-  rec.ctx = s->ctx(ctx);
-  rec.dev = dev;
-  rec.hasHandle = true;
-  rec.handle = handle != nullptr ? handleKey(handle, kHandleBytes) : 0;
-  rec.trafficClass = tc;
-  void* comm = out(sendComm, r);
-  PendingKey key{static_cast<int>(Call::Connect), rec.handle, 0};
-  if (r == ncclSuccess && comm == nullptr) {
-    if (s->retryOf(key)) return;
-  } else {
-    rec.repeats = s->endRetries(key);
-  }
-  rec.obj = s->newComm(comm);
-  s->emit(rec);
+  record(Call::Connect, api, r, [&](Recorder* s, Record& rec) {
+    rec.ctx = s->ctx(ctx);
+    rec.dev = dev;
+    rec.hasHandle = true;
+    rec.handle = handle != nullptr ? handleKey(handle, kHandleBytes) : 0;
+    rec.trafficClass = tc;
+    void* comm = out(sendComm, r);
+    PendingKey key{static_cast<int>(Call::Connect), rec.handle, 0};
+    if (!s->firstOrFinal(key, r, comm, &rec)) return false;
+    rec.obj = s->newComm(comm);
+    return true;
+  });
 }
 
 void afterAccept(int api, void* listenComm, void* const* recvComm, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Accept, api, r);
-  rec.comm = s->comm(listenComm);
-  void* comm = out(recvComm, r);
-  PendingKey key{static_cast<int>(Call::Accept), rec.comm, 0};
-  if (r == ncclSuccess && comm == nullptr) {
-    if (s->retryOf(key)) return;
-  } else {
-    rec.repeats = s->endRetries(key);
-  }
-  rec.obj = s->newComm(comm);
-  s->emit(rec);
+  record(Call::Accept, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(listenComm);
+    void* comm = out(recvComm, r);
+    PendingKey key{static_cast<int>(Call::Accept), rec.comm, 0};
+    if (!s->firstOrFinal(key, r, comm, &rec)) return false;
+    rec.obj = s->newComm(comm);
+    return true;
+  });
 }
 
 void afterRegMr(int api, void* comm, void* data, size_t size, int type, bool dmabuf, void* const* mhandle,
                 ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::RegMr, api, r);
-  rec.comm = s->comm(comm);
-  rec.n = 1;
-  rec.size[0] = size;
-  rec.type = type;
-  rec.dmabuf = dmabuf;
-  rec.obj = s->newMh(out(mhandle, r), data, size);
-  s->emit(rec);
+  record(Call::RegMr, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(comm);
+    rec.n = 1;
+    rec.size[0] = size;
+    rec.type = type;
+    rec.dmabuf = dmabuf;
+    rec.obj = s->newMh(out(mhandle, r), data, size);
+    return true;
+  });
 }
 
 void afterDeregMr(int api, void* comm, void* mhandle, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::DeregMr, api, r);
-  rec.comm = s->comm(comm);
-  rec.obj = s->mh(mhandle);
-  if (r == ncclSuccess) s->endMh(mhandle);
-  s->emit(rec);
+  record(Call::DeregMr, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(comm);
+    rec.obj = s->mh(mhandle);
+    if (r == ncclSuccess) s->endMh(mhandle);
+    return true;
+  });
 }
 
-void afterIsend(int api, void* sendComm, const void* data, size_t size, int tag, void* mhandle,
-                void* const* request, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Isend, api, r);
-  rec.comm = s->comm(sendComm);
-  rec.n = 1;
-  s->buffer(mhandle, data, &rec.mh[0], &rec.off[0]);
-  rec.size[0] = size;
-  rec.tag[0] = tag;
-  void* req = out(request, r);
-  PendingKey key{static_cast<int>(Call::Isend), rec.comm, tag};
-  if (r == ncclSuccess && req == nullptr) {
-    if (s->retryOf(key)) return;
-  } else {
-    rec.repeats = s->endRetries(key);
-  }
-  rec.obj = s->newReq(req, rec.comm, 1);
-  s->emit(rec);
+void afterIsend(int api, void* sendComm, const void* data, size_t size, int tag, void* mhandle, void* const* request,
+                ncclResult_t r) {
+  record(Call::Isend, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(sendComm);
+    rec.n = 1;
+    s->buffer(mhandle, data, &rec.mh[0], &rec.off[0]);
+    rec.size[0] = size;
+    rec.tag[0] = tag;
+    void* req = out(request, r);
+    PendingKey key{static_cast<int>(Call::Isend), rec.comm, tag};
+    if (!s->firstOrFinal(key, r, req, &rec)) return false;
+    rec.obj = s->newReq(req, rec.comm, 1);
+    return true;
+  });
 }
 
 void afterIrecv(int api, void* recvComm, int n, void* const* data, const int* intSizes, const size_t* sizes,
                 const int* tags, void* const* mhandles, void* const* request, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Irecv, api, r);
-  rec.comm = s->comm(recvComm);
-  lists(&rec, s, n, data, mhandles);
-  for (int i = 0; i < rec.n; ++i) {
-    rec.size[i] = sizes != nullptr ? sizes[i] : (intSizes != nullptr && intSizes[i] >= 0 ? intSizes[i] : 0);
-    rec.tag[i] = tags != nullptr ? tags[i] : 0;
-  }
-  void* req = out(request, r);
-  PendingKey key{static_cast<int>(Call::Irecv), rec.comm, rec.n > 0 ? rec.tag[0] : 0};
-  if (r == ncclSuccess && req == nullptr) {
-    if (s->retryOf(key)) return;
-  } else {
-    rec.repeats = s->endRetries(key);
-  }
-  rec.obj = s->newReq(req, rec.comm, rec.n);
-  s->emit(rec);
+  record(Call::Irecv, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(recvComm);
+    lists(&rec, s, n, data, mhandles);
+    for (int i = 0; i < rec.n; ++i) {
+      rec.size[i] = sizes != nullptr ? sizes[i] : (intSizes != nullptr && intSizes[i] >= 0 ? intSizes[i] : 0);
+      rec.tag[i] = tags != nullptr ? tags[i] : 0;
+    }
+    void* req = out(request, r);
+    PendingKey key{static_cast<int>(Call::Irecv), rec.comm, rec.n > 0 ? rec.tag[0] : 0};
+    if (!s->firstOrFinal(key, r, req, &rec)) return false;
+    rec.obj = s->newReq(req, rec.comm, rec.n);
+    return true;
+  });
 }
 
 void afterIflush(int api, void* recvComm, int n, void* const* data, const int* sizes, void* const* mhandles,
                  void* const* request, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::Iflush, api, r);
-  rec.comm = s->comm(recvComm);
-  lists(&rec, s, n, data, mhandles);
-  for (int i = 0; i < rec.n; ++i) rec.size[i] = sizes != nullptr && sizes[i] >= 0 ? sizes[i] : 0;
-  rec.obj = s->newReq(out(request, r), rec.comm, rec.n);
-  s->emit(rec);
+  record(Call::Iflush, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(recvComm);
+    lists(&rec, s, n, data, mhandles);
+    for (int i = 0; i < rec.n; ++i) rec.size[i] = sizes != nullptr && sizes[i] >= 0 ? sizes[i] : 0;
+    rec.obj = s->newReq(out(request, r), rec.comm, rec.n);
+    return true;
+  });
 }
 
 void afterTest(int api, void* request, const int* done, const int* sizes, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  ReqInfo* info = s->req(request);
-  bool finished = r != ncclSuccess || (done != nullptr && *done);
-  if (!finished) {
-    if (info != nullptr) ++info->polls;
-    return;
-  }
-  Record rec = s->begin(Call::Test, api, r);
-  rec.obj = info != nullptr ? info->id : 0;
-  rec.repeats = info != nullptr ? info->polls : 0;
-  rec.done = r == ncclSuccess ? 1 : 0;
-  if (r == ncclSuccess && sizes != nullptr && info != nullptr) {
-    rec.nsizes = info->n;
-    for (int i = 0; i < info->n; ++i) rec.sizes[i] = sizes[i];
-  }
-  s->endReq(request);
-  s->emit(rec);
+  record(Call::Test, api, r, [&](Recorder* s, Record& rec) {
+    ReqInfo* info = s->req(request);
+    if (r == ncclSuccess && (done == nullptr || !*done)) {  // not done: counted, written when it ends
+      if (info != nullptr) ++info->polls;
+      return false;
+    }
+    rec.obj = info != nullptr ? info->id : 0;
+    rec.repeats = info != nullptr ? info->polls : 0;
+    rec.done = r == ncclSuccess ? 1 : 0;
+    if (r == ncclSuccess && sizes != nullptr && info != nullptr) {
+      rec.nsizes = info->n;
+      for (int i = 0; i < info->n; ++i) rec.sizes[i] = sizes[i];
+    }
+    s->endReq(request);
+    return true;
+  });
 }
 
 void afterClose(int api, Call which, void* comm, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(which, api, r);
-  rec.comm = s->comm(comm);
-  if (r == ncclSuccess) s->endComm(comm);
-  s->emit(rec);
-  s->flush();
+  record(which, api, r, Flush::Yes, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(comm);
+    if (r == ncclSuccess) s->endComm(comm);
+    return true;
+  });
 }
 
 void afterGetDeviceMr(int api, void* comm, void* mhandle, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::GetDeviceMr, api, r);
-  rec.comm = s->comm(comm);
-  rec.obj = s->mh(mhandle);
-  s->emit(rec);
+  record(Call::GetDeviceMr, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(comm);
+    rec.obj = s->mh(mhandle);
+    return true;
+  });
 }
 
 void afterIrecvConsumed(int api, void* recvComm, int n, void* request, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::IrecvConsumed, api, r);
-  rec.comm = s->comm(recvComm);
-  rec.n = n < 0 || n > kMaxBuffers ? 0 : n;
-  ReqInfo* info = s->req(request);
-  rec.obj = info != nullptr ? info->id : 0;
-  s->emit(rec);
+  record(Call::IrecvConsumed, api, r, [&](Recorder* s, Record& rec) {
+    rec.comm = s->comm(recvComm);
+    rec.n = n < 0 || n > kMaxBuffers ? 0 : n;
+    ReqInfo* info = s->req(request);
+    rec.obj = info != nullptr ? info->id : 0;
+    return true;
+  });
 }
 
 void afterSetNetAttr(int api, void* ctx, ncclResult_t r) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  Recorder* s = live();
-  if (s == nullptr) return;
-  Record rec = s->begin(Call::SetNetAttr, api, r);
-  rec.ctx = s->ctx(ctx);
-  s->emit(rec);
+  record(Call::SetNetAttr, api, r, [&](Recorder* s, Record& rec) {
+    rec.ctx = s->ctx(ctx);
+    return true;
+  });
 }
 
 }  // namespace trace

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 namespace mesh {
 namespace trace {
@@ -29,60 +30,87 @@ enum class Field : uint8_t {
   Sizes, Repeats, Ndev, MaxRecvs, Ptr, Speed, Name,
 };
 
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t at = s.find(sep, start);
+    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return out;
+    start = at + 1;
+  }
+}
+
 struct Key {
-  const char* name;
+  std::string name;
   Field field;
   bool required;
 };
 
-// Per call, in the order they are written. Optional keys are written when they differ from
-// their default and read as the default when absent.
 struct CallSpec {
-  std::vector<Key> keys;
-  bool singleBuffer;  // isend/regmr: one buffer, no n=
+  std::vector<Key> keys;  // in the order they are written
+  bool singleBuffer;      // isend/regmr: one buffer, no n=
 };
 
-const std::vector<CallSpec>& specs() {
-  static const std::vector<CallSpec> kSpecs = {
-      {{{"v", Field::Api, true}, {"ctx", Field::Ctx, false}, {"commid", Field::CommId, false},
-        {"tc", Field::Tc, false}, {"r", Field::Result, true}}, false},                       // init
-      {{{"v", Field::Api, true}, {"ctx", Field::Ctx, false}, {"r", Field::Result, true}}, false},  // finalize
-      {{{"v", Field::Api, true}, {"r", Field::Result, true}, {"ndev", Field::Ndev, true}}, false},  // devices
-      {{{"v", Field::Api, true}, {"dev", Field::Dev, true}, {"r", Field::Result, true},
-        {"maxrecvs", Field::MaxRecvs, false}, {"ptr", Field::Ptr, false}, {"speed", Field::Speed, false},
-        {"name", Field::Name, false}}, false},                                                 // props
-      {{{"v", Field::Api, true}, {"ctx", Field::Ctx, false}, {"dev", Field::Dev, true},
-        {"r", Field::Result, true}, {"l", Field::Obj, true}, {"h", Field::Handle, false}}, false},  // listen
-      {{{"v", Field::Api, true}, {"ctx", Field::Ctx, false}, {"dev", Field::Dev, true},
-        {"h", Field::Handle, true}, {"tc", Field::Tc, false}, {"r", Field::Result, true},
-        {"s", Field::Obj, true}, {"nulls", Field::Repeats, false}}, false},                   // connect
-      {{{"v", Field::Api, true}, {"l", Field::Comm, true}, {"r", Field::Result, true},
-        {"c", Field::Obj, true}, {"nulls", Field::Repeats, false}}, false},                   // accept
-      {{{"v", Field::Api, true}, {"comm", Field::Comm, true}, {"size", Field::Size, true},
-        {"type", Field::Type, true}, {"dmabuf", Field::Dmabuf, false}, {"r", Field::Result, true},
-        {"m", Field::Obj, true}}, true},                                                        // regmr
-      {{{"v", Field::Api, true}, {"comm", Field::Comm, true}, {"m", Field::Obj, true},
-        {"r", Field::Result, true}}, false},                                                    // deregmr
-      {{{"v", Field::Api, true}, {"s", Field::Comm, true}, {"m", Field::Mh, true}, {"off", Field::Off, true},
-        {"size", Field::Size, true}, {"tag", Field::Tag, true}, {"r", Field::Result, true},
-        {"req", Field::Obj, true}, {"nulls", Field::Repeats, false}}, true},                  // isend
-      {{{"v", Field::Api, true}, {"c", Field::Comm, true}, {"n", Field::N, true}, {"m", Field::Mh, true},
-        {"off", Field::Off, true}, {"size", Field::Size, true}, {"tag", Field::Tag, true},
-        {"r", Field::Result, true}, {"req", Field::Obj, true}, {"nulls", Field::Repeats, false}}, false},  // irecv
-      {{{"v", Field::Api, true}, {"c", Field::Comm, true}, {"n", Field::N, true}, {"m", Field::Mh, true},
-        {"off", Field::Off, true}, {"size", Field::Size, true}, {"r", Field::Result, true},
-        {"req", Field::Obj, true}}, false},                                                     // iflush
-      {{{"v", Field::Api, true}, {"req", Field::Obj, true}, {"r", Field::Result, true}, {"done", Field::Done, true},
-        {"sizes", Field::Sizes, false}, {"polls", Field::Repeats, false}}, false},            // test
-      {{{"v", Field::Api, true}, {"s", Field::Comm, true}, {"r", Field::Result, true}}, false},  // close-send
-      {{{"v", Field::Api, true}, {"c", Field::Comm, true}, {"r", Field::Result, true}}, false},  // close-recv
-      {{{"v", Field::Api, true}, {"l", Field::Comm, true}, {"r", Field::Result, true}}, false},  // close-listen
-      {{{"v", Field::Api, true}, {"comm", Field::Comm, true}, {"m", Field::Obj, true},
-        {"r", Field::Result, true}}, false},                                                    // getdevicemr
-      {{{"v", Field::Api, true}, {"c", Field::Comm, true}, {"n", Field::N, true}, {"req", Field::Obj, true},
-        {"r", Field::Result, true}}, false},                                                    // irecvconsumed
-      {{{"v", Field::Api, true}, {"ctx", Field::Ctx, false}, {"r", Field::Result, true}}, false},  // setnetattr
+// Per call: its keys in order ('?': optional, written when not the default, read as the
+// default when absent), and which key names the object the call returned or is about
+// (Record::obj; the other comm keys s=, c=, l=, comm= are the comm argument).
+struct CallKeys {
+  const char* keys;
+  const char* obj;
+};
+const CallKeys kCallKeys[] = {
+    {"v ctx? commid? tc? r", ""},                      // init
+    {"v ctx? r", ""},                                   // finalize
+    {"v r ndev", ""},                                   // devices
+    {"v dev r maxrecvs? ptr? speed? name?", ""},        // props
+    {"v ctx? dev r l h?", "l"},                         // listen
+    {"v ctx? dev h tc? r s nulls?", "s"},               // connect
+    {"v l r c nulls?", "c"},                            // accept
+    {"v comm size type dmabuf? r m", "m"},              // regmr
+    {"v comm m r", "m"},                                // deregmr
+    {"v s m off size tag r req nulls?", "req"},         // isend
+    {"v c n m off size tag r req nulls?", "req"},       // irecv
+    {"v c n m off size r req", "req"},                  // iflush
+    {"v req r done sizes? polls?", "req"},              // test
+    {"v s r", ""},                                      // close-send
+    {"v c r", ""},                                      // close-recv
+    {"v l r", ""},                                      // close-listen
+    {"v comm m r", "m"},                                // getdevicemr
+    {"v c n req r", "req"},                             // irecvconsumed
+    {"v ctx? r", ""},                                   // setnetattr
+};
+static_assert(sizeof(kCallKeys) / sizeof(kCallKeys[0]) == kCalls, "keys for every call");
+
+Field fieldOf(const std::string& key, const std::string& obj) {
+  static const std::map<std::string, Field> kFields = {
+      {"v", Field::Api},        {"r", Field::Result},         {"ctx", Field::Ctx},     {"commid", Field::CommId},
+      {"tc", Field::Tc},        {"dev", Field::Dev},          {"n", Field::N},         {"h", Field::Handle},
+      {"s", Field::Comm},       {"c", Field::Comm},           {"l", Field::Comm},      {"comm", Field::Comm},
+      {"m", Field::Mh},         {"off", Field::Off},          {"size", Field::Size},   {"tag", Field::Tag},
+      {"type", Field::Type},    {"dmabuf", Field::Dmabuf},    {"done", Field::Done},   {"sizes", Field::Sizes},
+      {"nulls", Field::Repeats}, {"polls", Field::Repeats},   {"ndev", Field::Ndev},   {"maxrecvs", Field::MaxRecvs},
+      {"ptr", Field::Ptr},      {"speed", Field::Speed},      {"name", Field::Name},   {"req", Field::Obj},
   };
+  return key == obj ? Field::Obj : kFields.at(key);
+}
+
+const std::vector<CallSpec>& specs() {
+  static const std::vector<CallSpec> kSpecs = [] {
+    std::vector<CallSpec> out;
+    for (int c = 0; c < kCalls; ++c) {
+      CallSpec spec;
+      std::string obj = kCallKeys[c].obj;
+      for (std::string k : split(kCallKeys[c].keys, ' ')) {
+        bool optional = k.back() == '?';
+        if (optional) k.pop_back();
+        spec.keys.push_back(Key{k, fieldOf(k, obj), !optional});
+      }
+      spec.singleBuffer = c == static_cast<int>(Call::Isend) || c == static_cast<int>(Call::RegMr);
+      out.push_back(spec);
+    }
+    return out;
+  }();
   return kSpecs;
 }
 
@@ -186,17 +214,6 @@ void writeValue(LineWriter& w, const Record& r, Field f, int n) {
 }
 
 // --- decoding -------------------------------------------------------------------------------
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    size_t at = s.find(sep, start);
-    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return out;
-    start = at + 1;
-  }
-}
 
 bool parseU64(const std::string& s, int base, uint64_t* out) {
   if (s.empty() || s.size() > 20 || s[0] == '-' || s[0] == '+' || s[0] == ' ') return false;
@@ -362,7 +379,7 @@ size_t encodeRecord(const Record& r, char* buf, size_t cap) {
   w.printf("%" PRIu64 " %" PRIu64 " %u %s", r.seq, r.tUs, r.thread, kCallNames[ci]);
   for (const Key& k : spec.keys) {
     if (!k.required && isDefault(r, k.field)) continue;
-    w.printf(" %s=", k.name);
+    w.printf(" %s=", k.name.c_str());
     writeValue(w, r, k.field, k.field == Field::Sizes ? r.nsizes : n);
   }
   return w.finish();

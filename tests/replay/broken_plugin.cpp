@@ -132,7 +132,7 @@ const Table* bindTable(void* lib, const char* symbol, Table* exported) {
 __attribute__((constructor)) void loadRealPlugin() {
   const char* f = getenv("MESH_BROKEN_FAULT");
   std::string fault = f ? f : "";
-  gFault = fault == "null-error" ? Fault::NullError
+  gFault = fault == "null-error"   ? Fault::NullError
            : fault == "stall-zero" ? Fault::StallZero
            : fault == "size"       ? Fault::Size
            : fault == "corrupt"    ? Fault::Corrupt

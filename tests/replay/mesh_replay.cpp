@@ -103,15 +103,25 @@ int runJob(const Args& a, const Plan& plan) {
   char self[PATH_MAX] = {};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) < 0) return 2;
   const char* ld = getenv("LD_LIBRARY_PATH");
-  std::string libPath = a.pluginDir.empty() ? (ld ? ld : "") : absolute(a.pluginDir) + (ld ? std::string(":") + ld : "");
-  std::vector<std::string> cmd = {a.fabricNet, "run", "--nodes", std::to_string(plan.nodes), "--topology",
-                                  plan.topology, "--links", std::to_string(plan.links), "--timeout",
-                                  std::to_string(static_cast<int>(a.opts.deadline) + 30), "--",
-                                  "env", "LD_LIBRARY_PATH=" + libPath, "NCCL_MESH_IBVERBS_LIB=" + absolute(a.dropin)};
+  std::string libPath =
+      a.pluginDir.empty() ? (ld ? ld : "") : absolute(a.pluginDir) + (ld ? std::string(":") + ld : "");
+  std::vector<std::string> cmd = {a.fabricNet,
+                                  "run",
+                                  "--nodes",
+                                  std::to_string(plan.nodes),
+                                  "--topology",
+                                  plan.topology,
+                                  "--links",
+                                  std::to_string(plan.links),
+                                  "--timeout",
+                                  std::to_string(static_cast<int>(a.opts.deadline) + 30),
+                                  "--",
+                                  "env",
+                                  "LD_LIBRARY_PATH=" + libPath,
+                                  "NCCL_MESH_IBVERBS_LIB=" + absolute(a.dropin)};
   cmd.insert(cmd.end(), a.env.begin(), a.env.end());
-  cmd.insert(cmd.end(), {self, "node", "--plugin", a.opts.plugin, "--deadline",
-                                  std::to_string(a.opts.deadline), "--wait", std::to_string(a.opts.wait),
-                                  "--run-id", a.opts.runId});
+  cmd.insert(cmd.end(), {self, "node", "--plugin", a.opts.plugin, "--deadline", std::to_string(a.opts.deadline),
+                         "--wait", std::to_string(a.opts.wait), "--run-id", a.opts.runId});
   if (a.opts.verbose) cmd.push_back("--verbose");
   for (const TraceFile& f : plan.files) cmd.push_back(absolute(f.path));
   printf("mesh_replay: %s\n", describePlan(plan).c_str());
@@ -173,9 +183,9 @@ int check(const Plan& plan) {
       if (!threads[r.thread]) ++nThreads;
       threads[r.thread] = true;
     }
-    printf("  %s: %s, host %s pid %ld, %zu records, %zu thread(s)%s%s\n", f.name.c_str(),
-           f.trace.header.plugin.c_str(), f.trace.header.host.c_str(), f.trace.header.pid, f.trace.records.size(),
-           nThreads, f.trace.endReason.empty() ? "" : ", stopped early: ", f.trace.endReason.c_str());
+    printf("  %s: %s, host %s pid %ld, %zu records, %zu thread(s)%s%s\n", f.name.c_str(), f.trace.header.plugin.c_str(),
+           f.trace.header.host.c_str(), f.trace.header.pid, f.trace.records.size(), nThreads,
+           f.trace.endReason.empty() ? "" : ", stopped early: ", f.trace.endReason.c_str());
   }
   return 0;
 }

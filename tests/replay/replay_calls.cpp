@@ -22,15 +22,6 @@ uint64_t mix(uint64_t x) {  // splitmix64's finalizer
   return x ^ (x >> 31);
 }
 
-// The receive of a group, or a send: their buffers and sizes as the plugin wants them.
-struct Buffers {
-  void* data[netapi::kMaxTestSizes] = {};
-  void* mh[netapi::kMaxTestSizes] = {};
-  size_t size[netapi::kMaxTestSizes] = {};
-  int isize[netapi::kMaxTestSizes] = {};
-  int tag[netapi::kMaxTestSizes] = {};
-};
-
 }  // namespace
 
 uint64_t patternSeed(uint64_t connKey, int tag, uint64_t index) {
@@ -65,23 +56,38 @@ long long patternMismatch(const char* p, size_t n, uint64_t seed) {
 
 void Session::execute(const Record& r) {
   switch (r.call) {
-    case Call::Init: return doInit(r);
-    case Call::Finalize: return doFinalize(r);
-    case Call::Devices: return doDevices(r);
-    case Call::Props: return doProps(r);
-    case Call::Listen: return doListen(r);
-    case Call::Connect: return doConnect(r);
-    case Call::Accept: return doAccept(r);
-    case Call::RegMr: return doRegMr(r);
-    case Call::DeregMr: return doDeregMr(r);
-    case Call::Isend: return doIsend(r);
-    case Call::Irecv: return doIrecv(r);
-    case Call::Iflush: return doIflush(r);
-    case Call::Test: return doTest(r);
+    case Call::Init:
+      return doInit(r);
+    case Call::Finalize:
+      return doFinalize(r);
+    case Call::Devices:
+      return doDevices(r);
+    case Call::Props:
+      return doProps(r);
+    case Call::Listen:
+      return doListen(r);
+    case Call::Connect:
+      return doConnect(r);
+    case Call::Accept:
+      return doAccept(r);
+    case Call::RegMr:
+      return doRegMr(r);
+    case Call::DeregMr:
+      return doDeregMr(r);
+    case Call::Isend:
+      return doIsend(r);
+    case Call::Irecv:
+      return doIrecv(r);
+    case Call::Iflush:
+      return doIflush(r);
+    case Call::Test:
+      return doTest(r);
     case Call::CloseSend:
     case Call::CloseRecv:
-    case Call::CloseListen: return doClose(r);
-    default: return doMisc(r);
+    case Call::CloseListen:
+      return doClose(r);
+    default:
+      return doMisc(r);
   }
 }
 
@@ -133,6 +139,16 @@ std::shared_ptr<LiveReq> Session::request(uint64_t id) {
   return it == reqs_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<LiveReq> Session::newRequest(const Record& r, void* p, int n, bool recv) {
+  auto live = std::make_shared<LiveReq>();
+  live->p = p;
+  live->owner = r.thread;
+  live->comm = r.comm;
+  live->recv = recv;
+  live->n = n;
+  return live;
+}
+
 void Session::addRequest(uint64_t id, std::shared_ptr<LiveReq> req) {
   std::lock_guard<std::mutex> lock(mutex_);
   reqs_[id] = std::move(req);
@@ -161,8 +177,8 @@ void Session::finish(LiveReq& req) {
     }
     long long at = patternMismatch(req.data[i], req.sizes[i], req.seed[i]);
     if (at >= 0) {
-      req.dataError = e2e::format("buffer %d (tag %d): byte %lld of %zu differs from what was sent", i, req.tag[i],
-                                  at, req.sizes[i]);
+      req.dataError = e2e::format("buffer %d (tag %d): byte %lld of %zu differs from what was sent", i, req.tag[i], at,
+                                  req.sizes[i]);
     }
   }
 }
@@ -383,33 +399,31 @@ void Session::doIsend(const Record& r) {
   if (!inFlight) fillPattern(data, r.size[0], patternSeed(s.connKey, r.tag[0], index));
   void* req = nullCapable(r, key, [&](void** out) { return main_->isend(s.p, data, r.size[0], r.tag[0], mh, out); });
   if (req == nullptr) return;
-  auto live = std::make_shared<LiveReq>();
-  live->p = req;
-  live->owner = r.thread;
-  live->comm = r.comm;
-  live->n = 1;
+  std::shared_ptr<LiveReq> live = newRequest(r, req, 1, false);
   std::lock_guard<std::mutex> lock(mutex_);
   sent_[perTag]++;
   reqs_[r.obj] = live;
 }
 
-void Session::doIrecv(const Record& r) {
-  LiveComm c = comm(r, r.comm, "recv comm");
+// The recorded buffers of a receive or flush, in the replay's memory.
+Buffers Session::buffers(const Record& r) {
   Buffers b;
   for (int i = 0; i < r.n; ++i) {
     b.data[i] = bufferAt(r, i, &b.mh[i]);
     b.size[i] = r.size[i];
+    b.isize[i] = static_cast<int>(r.size[i]);
     b.tag[i] = r.tag[i];
   }
+  return b;
+}
+
+void Session::doIrecv(const Record& r) {
+  LiveComm c = comm(r, r.comm, "recv comm");
+  Buffers b = buffers(r);
   void* req = nullCapable(r, PendingKey{static_cast<int>(Call::Irecv), r.comm, r.n > 0 ? r.tag[0] : 0},
                           [&](void** out) { return main_->irecv(c.p, r.n, b.data, b.size, b.tag, b.mh, out); });
   if (req == nullptr) return;
-  auto live = std::make_shared<LiveReq>();
-  live->p = req;
-  live->owner = r.thread;
-  live->comm = r.comm;
-  live->recv = true;
-  live->n = r.n;
+  std::shared_ptr<LiveReq> live = newRequest(r, req, r.n, true);
   std::lock_guard<std::mutex> lock(mutex_);
   for (int i = 0; i < r.n; ++i) {
     live->data[i] = static_cast<char*>(b.data[i]);
@@ -421,11 +435,7 @@ void Session::doIrecv(const Record& r) {
 
 void Session::doIflush(const Record& r) {
   LiveComm c = comm(r, r.comm, "recv comm");
-  Buffers b;
-  for (int i = 0; i < r.n; ++i) {
-    b.data[i] = bufferAt(r, i, &b.mh[i]);
-    b.isize[i] = static_cast<int>(r.size[i]);
-  }
+  Buffers b = buffers(r);
   void* req = nullptr;
   ncclResult_t res = main_->iflush(c.p, r.n, b.data, b.isize, b.mh, &req);
   expectResult(r, res);
@@ -440,11 +450,7 @@ void Session::doIflush(const Record& r) {
     }
   }
   if (req == nullptr) return;
-  auto live = std::make_shared<LiveReq>();
-  live->p = req;
-  live->owner = r.thread;
-  live->comm = r.comm;
-  live->n = 1;
+  std::shared_ptr<LiveReq> live = newRequest(r, req, 1, false);
   if (r.obj != 0) return addRequest(r.obj, live);
   // A flush only the replay made: completed here, nothing later tests it.
   e2e::Deadline d = waitDeadline("a flush");
@@ -463,8 +469,9 @@ void Session::doTest(const Record& r) {
       testOnce(*req);
       if (req->finished) break;
       if (deadline.expired()) {
-        fatal(r, r.result == 0 ? e2e::format("done after %" PRIu64 " poll(s)", r.repeats)
-                               : resultText(static_cast<ncclResult_t>(r.result)),
+        fatal(r,
+              r.result == 0 ? e2e::format("done after %" PRIu64 " poll(s)", r.repeats)
+                            : resultText(static_cast<ncclResult_t>(r.result)),
               e2e::format("not done after %.0f s (%" PRIu64 " polls): the request never completed", opts_.wait, i + 1));
       }
       pump(r.thread);
@@ -515,8 +522,9 @@ void Session::doClose(const Record& r) {
   std::lock_guard<std::mutex> lock(mutex_);
   comms_.erase(r.comm);
   for (auto it = stash_.begin(); it != stash_.end();) {
-    it = std::get<1>(it->first) == r.comm && std::get<0>(it->first) != static_cast<int>(Call::Connect) ? stash_.erase(it)
-                                                                                                      : std::next(it);
+    it = std::get<1>(it->first) == r.comm && std::get<0>(it->first) != static_cast<int>(Call::Connect)
+             ? stash_.erase(it)
+             : std::next(it);
   }
 }
 
@@ -542,7 +550,8 @@ void Session::doMisc(const Record& r) {
     memset(&attr, 0, sizeof(attr));
     const auto* t11 = static_cast<const ncclNet_v11_t*>(ctxApi->table());
     const auto* t12 = static_cast<const ncclNet_v12_t*>(ctxApi->table());
-    ncclResult_t res = api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
+    ncclResult_t res =
+        api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
     return expectResult(r, res);
   }
   note(r, "not replayed");

@@ -68,7 +68,8 @@ bool nodeOf(const TraceFile& f, int* node, std::string* error) {
   for (const std::string& a : f.trace.header.addrs) {
     int link = 0, n = 0;
     if (!labAddress(a, &link, &n)) {
-      *error = f.name + ": address " + a + " is not on the lab's plan (198.18.L.(node+1)); such traces cannot be "
+      *error = f.name + ": address " + a +
+               " is not on the lab's plan (198.18.L.(node+1)); such traces cannot be "
                "placed on the fabric yet";
       return false;
     }
@@ -168,9 +169,8 @@ bool makePlan(std::vector<TraceFile> files, Plan* out, std::string* error) {
   }
   std::set<int> seen;
   for (auto& [key, p] : byProcess) {
-    std::sort(p.files.begin(), p.files.end(), [&](size_t a, size_t b) {
-      return plan.files[a].trace.header.t0Ns < plan.files[b].trace.header.t0Ns;
-    });
+    std::sort(p.files.begin(), p.files.end(),
+              [&](size_t a, size_t b) { return plan.files[a].trace.header.t0Ns < plan.files[b].trace.header.t0Ns; });
     p.label = "node" + std::to_string(p.node) + " pid " + std::to_string(p.pid);
     seen.insert(p.node);
     plan.processes.push_back(p);

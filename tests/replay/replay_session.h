@@ -37,31 +37,40 @@ struct Stopped : std::runtime_error {
 };
 
 struct LiveReq {
-  std::mutex busy;          // held while a thread tests it
+  std::mutex busy;  // held while a thread tests it
   void* p = nullptr;
-  uint32_t owner = 0;       // the recorded thread that issued it (its pump polls it)
-  uint64_t comm = 0;        // recorded id of its comm: closing the comm ends it
+  uint32_t owner = 0;  // the recorded thread that issued it (its pump polls it)
+  uint64_t comm = 0;   // recorded id of its comm: closing the comm ends it
   bool recv = false;
   int n = 0;
-  bool finished = false;    // a test said done, or failed
+  bool finished = false;  // a test said done, or failed
   ncclResult_t result = ncclSuccess;
   size_t sizes[netapi::kMaxTestSizes] = {};
   char* data[netapi::kMaxTestSizes] = {};
   uint64_t seed[netapi::kMaxTestSizes] = {};
   int tag[netapi::kMaxTestSizes] = {};
-  std::string dataError;    // the first wrong byte, found when it finished
+  std::string dataError;  // the first wrong byte, found when it finished
+};
+
+// A receive's or a flush's buffers and sizes as the plugin wants them.
+struct Buffers {
+  void* data[netapi::kMaxTestSizes] = {};
+  void* mh[netapi::kMaxTestSizes] = {};
+  size_t size[netapi::kMaxTestSizes] = {};
+  int isize[netapi::kMaxTestSizes] = {};
+  int tag[netapi::kMaxTestSizes] = {};
 };
 
 struct LiveComm {
   void* p = nullptr;
-  uint64_t connKey = 0;     // the recorded handle key of its connection (pattern seeds)
+  uint64_t connKey = 0;  // the recorded handle key of its connection (pattern seeds)
 };
 
 struct LiveMh {
   void* p = nullptr;
-  char* buf = nullptr;      // the replay's own buffer for the recorded registration
+  char* buf = nullptr;  // the replay's own buffer for the recorded registration
   size_t size = 0;
-  int type = 0;             // recorded pointer type
+  int type = 0;  // recorded pointer type
 };
 
 class Session {
@@ -112,7 +121,9 @@ class Session {
   LiveComm comm(const Record& r, uint64_t id, const char* what);
   void addComm(uint64_t id, LiveComm c);
   char* bufferAt(const Record& r, int i, void** mhandle);
+  Buffers buffers(const Record& r);
   std::shared_ptr<LiveReq> request(uint64_t id);
+  std::shared_ptr<LiveReq> newRequest(const Record& r, void* p, int n, bool recv);
   void addRequest(uint64_t id, std::shared_ptr<LiveReq> req);
   // Tests every unfinished request `thread` issued once (what NCCL's proxy does between
   // retries), so nothing waits on progress that only test() makes.
@@ -140,23 +151,23 @@ class Session {
 
   std::mutex mutex_;
   std::condition_variable doneCv_;
-  std::vector<char> done_;                     // per record
-  std::vector<std::vector<size_t>> deps_;      // per record: records of other threads first
+  std::vector<char> done_;                 // per record
+  std::vector<std::vector<size_t>> deps_;  // per record: records of other threads first
   std::map<uint64_t, netapi::NetApi*> ctxApi_;
-  std::map<int, netapi::NetApi*> tcApi_;       // v10: a table initialized with each traffic class
+  std::map<int, netapi::NetApi*> tcApi_;  // v10: a table initialized with each traffic class
   std::map<uint64_t, LiveComm> comms_;
   std::map<uint64_t, LiveMh> mhs_;
   std::map<uint64_t, std::shared_ptr<LiveReq>> reqs_;
-  std::map<PendingKey, void*> stash_;          // objects the first "not yet" call already got
-  std::map<uint64_t, std::unique_ptr<char[]>> handles_;  // fresh handles by recorded key
+  std::map<PendingKey, void*> stash_;                              // objects the first "not yet" call already got
+  std::map<uint64_t, std::unique_ptr<char[]>> handles_;            // fresh handles by recorded key
   std::map<std::tuple<uint64_t, int>, uint64_t> sent_, received_;  // messages per (comm, tag)
   std::atomic<int> divergences_{0};
   std::atomic<bool> notedMemory_{false};
 };
 
 // The plugin's logger (replayer.cpp) and the last WARN it was given.
-extern "C" void replayLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                             const char* fmt, ...);
+extern "C" void replayLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt,
+                             ...);
 std::string lastPluginWarn();
 
 // Pattern of a message: (connection, tag, message number) -> bytes.

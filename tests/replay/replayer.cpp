@@ -26,8 +26,7 @@ std::atomic<bool> gEchoInfo{false};
 
 }  // namespace
 
-extern "C" void replayLogger(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt,
-                             ...) {
+extern "C" void replayLogger(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt, ...) {
   char buf[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -48,9 +47,9 @@ namespace {
 
 // Settings that name this machine's paths, devices or ports, not the plugin's behaviour.
 bool replaysSetting(const std::string& name) {
-  static const std::set<std::string> kLocal = {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_HCA", "NCCL_MESH_GID_INDEX",
+  static const std::set<std::string> kLocal = {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_HCA",        "NCCL_MESH_GID_INDEX",
                                                "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_MESH_TRACE",
-                                               "NCCL_MESH_TRACE_MAX", "NCCL_MESH_SPEED"};
+                                               "NCCL_MESH_TRACE_MAX",   "NCCL_MESH_SPEED"};
   return kLocal.count(name) == 0;
 }
 
@@ -85,7 +84,8 @@ void Session::load() {
   const std::vector<Record>& recs = file_.trace.records;
   api_ = recs.empty() ? 8 : recs.front().api;
   for (const Record& r : recs) {
-    if (r.api != api_) e2e::fail("%s:%zu: calls through v%d and v%d in one process", file_.name.c_str(), r.line, api_, r.api);
+    if (r.api != api_)
+      e2e::fail("%s:%zu: calls through v%d and v%d in one process", file_.name.c_str(), r.line, api_, r.api);
   }
   dlerror();
   lib_ = dlopen(opts_.plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -274,8 +274,10 @@ int replayProcess(const Plan& plan, size_t process, const Options& opts) {
       names += (k ? "," : "") + f.name;
       records += f.trace.records.size();
       if (!f.trace.endReason.empty()) {
-        e2e::say("note %s: the recording stopped early (%s): calls after it are not replayed, and what peers "
-                 "expect from them will time out", f.name.c_str(), f.trace.endReason.c_str());
+        e2e::say(
+            "note %s: the recording stopped early (%s): calls after it are not replayed, and what peers "
+            "expect from them will time out",
+            f.name.c_str(), f.trace.endReason.c_str());
       }
       if (last) last->unload();
       last = std::make_unique<Session>(f, opts, &rv, &stopping);
@@ -303,8 +305,8 @@ int replayProcess(const Plan& plan, size_t process, const Options& opts) {
     fflush(stdout);
     _exit(1);  // the plugin may be mid-call in another thread: no teardown
   }
-  e2e::say("REPLAY %s %s (%s): %zu records, %d divergence(s), %.2f s", divergences ? "FAIL" : "PASS",
-           p.label.c_str(), names.c_str(), records, divergences, e2e::secondsSince(start));
+  e2e::say("REPLAY %s %s (%s): %zu records, %d divergence(s), %.2f s", divergences ? "FAIL" : "PASS", p.label.c_str(),
+           names.c_str(), records, divergences, e2e::secondsSince(start));
   return divergences;
 }
 

@@ -26,7 +26,7 @@ namespace replay {
 
 struct Options {
   std::string plugin = "libnccl-net-mesh.so";  // as NCCL opens it (LD_LIBRARY_PATH)
-  std::string shared;                           // rendezvous directory shared by every process
+  std::string shared;                          // rendezvous directory shared by every process
   std::string runId = "1";
   double deadline = 120;  // the whole replay
   double wait = 30;       // one call's retries, one test, one handle, one dependency
