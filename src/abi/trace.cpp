@@ -223,11 +223,14 @@ Recorder* gRecorder = nullptr;
 bool gTried = false;  // only the first init opens a file
 pid_t gPid = 0;
 
-// The recorder while recording, in the process that opened the file; nullptr otherwise.
-Recorder* live() {
-  if (gRecorder == nullptr || Plugin::inForkedChild()) return nullptr;
-  return gRecorder;
-}
+// The recorder while recording; nullptr otherwise. Callers have checked they are not in a
+// forked child (forkedChild()) before taking gMutex.
+Recorder* live() { return gRecorder; }
+
+// A child forked while another thread held gMutex inherits it held, by nobody: nothing in a
+// forked child may take it (a hook, or the unload at the child's exit), or the child hangs.
+// Its copy of the buffer is never written either: the parent writes the file.
+bool forkedChild() { return Plugin::inForkedChild(); }
 
 Header makeHeader(const Config& config, uint64_t t0) {
   Header h;
@@ -290,6 +293,7 @@ void start() {
 
 // Runs when the library is unloaded (NCCL's dlclose) or at exit: what is buffered is written.
 __attribute__((destructor)) void traceUnload() {
+  if (forkedChild()) return;
   std::lock_guard<std::mutex> lock(gMutex);
   gOn.store(false, std::memory_order_relaxed);
   if (gRecorder == nullptr || getpid() != gPid) return;  // a forked child leaves the file alone
@@ -312,6 +316,7 @@ enum class Flush { No, Yes };
 // write), then it is written; nothing happens while not recording.
 template <typename Fill>
 void record(Call call, int api, ncclResult_t r, Flush flush, Fill fill) {
+  if (forkedChild()) return;
   std::lock_guard<std::mutex> lock(gMutex);
   Recorder* s = live();
   if (s == nullptr) return;
@@ -329,9 +334,10 @@ void record(Call call, int api, ncclResult_t r, Fill fill) {
 }  // namespace
 
 void afterInit(int api, ncclResult_t r, void* const* ctx, uint64_t commId, int tc) {
+  if (forkedChild()) return;
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    if (!gTried && !Plugin::inForkedChild()) {
+    if (!gTried) {
       gTried = true;
       start();
     }
