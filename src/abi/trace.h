@@ -13,7 +13,8 @@
 // Bounded by NCCL_MESH_TRACE_MAX: at the cap the file gets "end cap", one WARN is logged and
 // recording stops for the rest of the process.
 // Threads: any NCCL thread calls the hooks; all state is under one mutex. A child forked
-// after init records nothing (its copy of the buffer is never written).
+// after init records nothing and never takes that mutex (the fork may have copied it held):
+// its copy of the buffer is never written.
 #pragma once
 
 #include <atomic>
