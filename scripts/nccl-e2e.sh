@@ -34,7 +34,12 @@
 #                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
 #
 #   scripts/nccl-e2e.sh [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
-#                       [--plugin PATH] [--dropin DIR] [--rehearse]
+#                       [--plugin PATH] [--dropin DIR] [--rehearse] [--no-trace]
+#
+# The plugin records every ncclNet call real NCCL makes (NCCL_MESH_TRACE) into
+# DIR/traces/<scenario>/, one file per rank: tests/replay/README.md says how to commit them as
+# fixtures that replay in CI. --no-trace turns that off (NCCL_MESH_TRACE_MAX, 64M by default,
+# caps each file).
 #
 # --rehearse: no GPU and no NCCL. The same scenarios, namespaces, collectives and checks
 # with PyTorch's gloo backend on the CPU (any PyTorch, e.g. Debian's python3-torch; set
@@ -53,12 +58,13 @@ DROPIN=$REPO/build/tests/fabric/dropin
 ONLY=""
 QUICK=0
 REHEARSE=0
+TRACE=1
 PYTHON=${PYTHON:-python3}
 MAX_BYTES=256M
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-channels ring4-ring ring4-default ring4-ib
                ring4-relay line4-relay relay-bench)
 
-usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -66,6 +72,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$2; shift ;;
     --quick) QUICK=1 ;;
     --rehearse) REHEARSE=1 ;;
+    --no-trace) TRACE=0 ;;
     --max-bytes) MAX_BYTES=$2; shift ;;
     --plugin) PLUGIN=$2; shift ;;
     --dropin) DROPIN=$2; shift ;;
@@ -123,6 +130,12 @@ run_scenario() {
   case ",$ONLY," in ",," | *",$name,"*) ;; *) return 0 ;; esac
   local log=$OUT_DIR/$name.log json=$OUT_DIR/$name.jsonl
   rm -f "$log" "$json"
+  # The plugin's call recorder: one trace per rank (scenarios without the plugin leave none).
+  if [ "$TRACE" -eq 1 ]; then
+    rm -rf "$OUT_DIR/traces/$name"
+    mkdir -p "$OUT_DIR/traces/$name"
+    envs+=(--env "NCCL_MESH_TRACE=$OUT_DIR/traces/$name/$name")
+  fi
   say "== $name: $nodes nodes ($topo), expect $expect"
   local start=$SECONDS rc
   # fabric-net passes NCCL_*, PATH and LD_LIBRARY_PATH through; the rest goes with --env.
@@ -163,6 +176,22 @@ run_relay_bench() {
     say "relay-bench: $line"
     echo "relay-bench ($((SECONDS - start)) s): $line" >>"$OUT_DIR/summary.txt"
   fi
+}
+
+# The traces real NCCL left, checked by mesh_replay when it is built (it parses and places
+# them; replaying needs no GPU: tests/replay/README.md).
+summarize_traces() {
+  [ "$TRACE" -eq 1 ] && [ -d "$OUT_DIR/traces" ] || return 0
+  local replay dir n
+  replay=$(cd "$(dirname "$PLUGIN")" && pwd)/tests/replay/mesh_replay
+  for dir in "$OUT_DIR"/traces/*/; do
+    n=$(find "$dir" -name '*.trace' | wc -l)
+    [ "$n" -gt 0 ] || continue
+    echo "traces $(basename "$dir"): $n file(s), $(du -sh "$dir" | cut -f1)" >>"$OUT_DIR/summary.txt"
+    if [ -x "$replay" ]; then
+      "$replay" check "$dir" 2>&1 | head -3 | sed 's/^/  /' >>"$OUT_DIR/summary.txt"
+    fi
+  done
 }
 
 main() {
@@ -208,6 +237,7 @@ main() {
 
   python3 "$REPO/scripts/nccl_e2e_report.py" tables --dir "$OUT_DIR" | tee "$OUT_DIR/tables.txt"
   echo
+  summarize_traces
   cat "$OUT_DIR/summary.txt"
   if [ ${#FAILED[@]} -gt 0 ]; then
     say "FAILED: ${FAILED[*]}"

@@ -336,6 +336,15 @@ std::vector<Setting> buildTable() {
                   "relayed connections together; beyond it a relayed connect is refused (K/M/G "
                   "suffixes, 1M..64G)",
                   &Config::relayMem, kMiB, 64 * kGiB),
+      stringSetting("NCCL_MESH_TRACE", "",
+                    "Record every ncclNet call NCCL makes (arguments, results, never the data) into "
+                    "PREFIX.HOST.PID.trace, for bug reports and tests/replay's mesh_replay; "
+                    "empty = off",
+                    &Config::tracePath),
+      sizeSetting("NCCL_MESH_TRACE_MAX", "64M",
+                  "Largest trace file; at the cap one WARN and the recording stops (K/M/G "
+                  "suffixes, 64K..16G)",
+                  &Config::traceMax, 64 * kKiB, 16 * kGiB),
   };
 }
 

@@ -5,6 +5,7 @@
 // per-communicator traffic class at connect.
 // makeVDevice stays NULL, as in v9 (see net_v9.cpp).
 #include "abi_common.h"
+#include "traced.h"
 #include "net_v10.h"
 
 namespace mesh {
@@ -34,23 +35,23 @@ ncclResult_t v10Irecv(void* recvComm, int n, void** data, size_t* sizes, int* ta
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
     "Mesh",
-    mesh::v10Init,
-    mesh::abi::devices,
-    mesh::abi::getProperties<ncclNetProperties_v10_t>,
-    mesh::abi::listen,
-    mesh::v10Connect,
-    mesh::abi::accept,
-    mesh::abi::regMr,
-    mesh::abi::regMrDmaBuf,
-    mesh::abi::deregMr,
-    mesh::v10Isend,
-    mesh::v10Irecv,
-    mesh::abi::iflush,
-    mesh::abi::test,
-    mesh::abi::closeSend,
-    mesh::abi::closeRecv,
-    mesh::abi::closeListen,
-    mesh::abi::getDeviceMr,
-    mesh::abi::irecvConsumed,
+    mesh::traced::initProf<10, mesh::v10Init>,
+    mesh::traced::devices<10, mesh::abi::devices>,
+    mesh::traced::getProperties<10, ncclNetProperties_v10_t, mesh::abi::getProperties<ncclNetProperties_v10_t>>,
+    mesh::traced::listen<10, mesh::abi::listen>,
+    mesh::traced::connectCfg<10, mesh::v10Connect>,
+    mesh::traced::accept<10, mesh::abi::accept>,
+    mesh::traced::regMr<10, mesh::abi::regMr>,
+    mesh::traced::regMrDmaBuf<10, mesh::abi::regMrDmaBuf>,
+    mesh::traced::deregMr<10, mesh::abi::deregMr>,
+    mesh::traced::isendP<10, mesh::v10Isend>,
+    mesh::traced::irecvP<10, mesh::v10Irecv>,
+    mesh::traced::iflush<10, mesh::abi::iflush>,
+    mesh::traced::test<10, mesh::abi::test>,
+    mesh::traced::close<10, mesh::trace::Call::CloseSend, mesh::abi::closeSend>,
+    mesh::traced::close<10, mesh::trace::Call::CloseRecv, mesh::abi::closeRecv>,
+    mesh::traced::close<10, mesh::trace::Call::CloseListen, mesh::abi::closeListen>,
+    mesh::traced::getDeviceMr<10, mesh::abi::getDeviceMr>,
+    mesh::traced::irecvConsumed<10, mesh::abi::irecvConsumed>,
     nullptr,  // makeVDevice
 };

@@ -3,6 +3,7 @@
 // A thin adapter over abi_common.h: v8 differs from the shared entry points only in its int
 // sizes, which it checks and widens here.
 #include "abi_common.h"
+#include "traced.h"
 #include "net_v8.h"
 
 namespace mesh {
@@ -45,22 +46,22 @@ ncclResult_t v8Irecv(void* recvComm, int n, void** data, int* sizes, int* tags, 
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
     "Mesh",
-    mesh::abi::initAs<8>,
-    mesh::abi::devices,
-    mesh::abi::getProperties<ncclNetProperties_v8_t>,
-    mesh::abi::listen,
-    mesh::v8Connect,
-    mesh::abi::accept,
-    mesh::abi::regMr,
-    mesh::abi::regMrDmaBuf,
-    mesh::abi::deregMr,
-    mesh::v8Isend,
-    mesh::v8Irecv,
-    mesh::abi::iflush,
-    mesh::abi::test,
-    mesh::abi::closeSend,
-    mesh::abi::closeRecv,
-    mesh::abi::closeListen,
-    mesh::abi::getDeviceMr,
-    mesh::abi::irecvConsumed,
+    mesh::traced::init<8, mesh::abi::initAs<8>>,
+    mesh::traced::devices<8, mesh::abi::devices>,
+    mesh::traced::getProperties<8, ncclNetProperties_v8_t, mesh::abi::getProperties<ncclNetProperties_v8_t>>,
+    mesh::traced::listen<8, mesh::abi::listen>,
+    mesh::traced::connect<8, mesh::v8Connect>,
+    mesh::traced::accept<8, mesh::abi::accept>,
+    mesh::traced::regMr<8, mesh::abi::regMr>,
+    mesh::traced::regMrDmaBuf<8, mesh::abi::regMrDmaBuf>,
+    mesh::traced::deregMr<8, mesh::abi::deregMr>,
+    mesh::traced::isendInt<8, mesh::v8Isend>,
+    mesh::traced::irecvInt<8, mesh::v8Irecv>,
+    mesh::traced::iflush<8, mesh::abi::iflush>,
+    mesh::traced::test<8, mesh::abi::test>,
+    mesh::traced::close<8, mesh::trace::Call::CloseSend, mesh::abi::closeSend>,
+    mesh::traced::close<8, mesh::trace::Call::CloseRecv, mesh::abi::closeRecv>,
+    mesh::traced::close<8, mesh::trace::Call::CloseListen, mesh::abi::closeListen>,
+    mesh::traced::getDeviceMr<8, mesh::abi::getDeviceMr>,
+    mesh::traced::irecvConsumed<8, mesh::abi::irecvConsumed>
 };
