@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <sched.h>
+
 #include "fabric.h"
 
 namespace meshfab {
@@ -100,8 +102,19 @@ void Fabric::completeRecv(Qp* qp, uint64_t idx, ibv_wc_status st, uint32_t len, 
 int pollCq(ibv_cq* icq, int n, ibv_wc* wc) {
   Fabric* f = Fabric::get();
   Cq* cq = reinterpret_cast<Cq*>(icq);
-  std::lock_guard<std::mutex> lk(f->mu);
+  std::unique_lock<std::mutex> lk(f->mu);
   if (cq->count == 0) f->progress();  // a spinning poller moves the packets itself
+  if (cq->count == 0 && f->paced) {
+    // Links with a rate: the emulated NICs of every node share this machine's cores with
+    // the pollers. A real NIC sends while its host spins; here a poller that found nothing
+    // lets a runnable emulated NIC (another process's paced sender, a NIC thread woken by
+    // its rate timer) run first, or a spinning perftest on an oversubscribed machine would
+    // hold the core for a whole timeslice while other cables fall idle. sched_yield returns
+    // at once when nothing else is runnable.
+    lk.unlock();
+    sched_yield();
+    return 0;
+  }
   int got = 0;
   while (got < n && cq->count > 0) {
     Cqe& e = cq->ring[cq->head];

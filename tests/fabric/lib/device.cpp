@@ -226,6 +226,7 @@ void Fabric::loadPace(Device* d) {
     fprintf(stderr, "meshfab: %s: link rate not applied: %s\n", d->name.c_str(), why.c_str());
     return;
   }
+  paced = true;
   trace("%s: link rate %.0f B/s (wire %s %.0f B/s), delay %lld ns", d->name.c_str(), it->second.fnRate,
         it->second.wire.c_str(), it->second.wireRate, static_cast<long long>(it->second.delayNs));
 }

@@ -304,6 +304,7 @@ class Fabric {
 
   std::mutex mu;
   Settings settings;
+  bool paced = false;  // some device has a rate or a delay (pace.h): pollers yield when idle
   pid_t pid = 0;
   uint64_t nonce = 0;
   uint64_t netns = 0;
