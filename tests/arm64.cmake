@@ -20,7 +20,8 @@ find_package(GTest REQUIRED)
 include(GoogleTest)
 
 file(GLOB MESH_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/unit/*_test.cpp)
-set(MESH_UNIT_SUPPORT ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rdma.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/fifo_pair.cpp)
+set(MESH_UNIT_SUPPORT ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rdma.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/fifo_pair.cpp
+                      ${PROJECT_SOURCE_DIR}/src/abi/trace_format.cpp ${CMAKE_CURRENT_SOURCE_DIR}/replay/replay_plan.cpp)
 add_executable(mesh_unit_tests ${MESH_UNIT_TESTS} ${MESH_UNIT_SUPPORT})
 target_link_libraries(mesh_unit_tests PRIVATE mesh_core GTest::gtest GTest::gtest_main)
 target_compile_definitions(mesh_unit_tests PRIVATE MESH_TESTS_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
