@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Writes the header behind src/version.cpp: the project version and the git revision the
+# Writes the header behind src/platform/version.cpp: the project version and the git revision the
 # build came from. Runs at every build (a custom target), but rewrites the header only when
 # its text changes, so an unchanged tree recompiles nothing.
 #   cmake -DSOURCE_DIR=... -DOUTPUT=... -DVERSION=... [-DGIT_REVISION=...] -P version_header.cmake

@@ -23,7 +23,7 @@ file(GLOB MESH_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/unit/*_t
 set(MESH_UNIT_SUPPORT ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rdma.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/fifo_pair.cpp
                       ${PROJECT_SOURCE_DIR}/src/abi/trace_format.cpp ${CMAKE_CURRENT_SOURCE_DIR}/replay/replay_plan.cpp)
 add_executable(mesh_unit_tests ${MESH_UNIT_TESTS} ${MESH_UNIT_SUPPORT})
-target_link_libraries(mesh_unit_tests PRIVATE mesh_core GTest::gtest GTest::gtest_main)
+target_link_libraries(mesh_unit_tests PRIVATE mesh_tools GTest::gtest GTest::gtest_main)
 target_compile_definitions(mesh_unit_tests PRIVATE MESH_TESTS_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 if(CMAKE_CROSSCOMPILING_EMULATOR)
   # One process for the whole unit binary: hundreds of emulator start-ups (one per test, as

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The ABI boundary shared by every ncclNet version the plugin exports (src/abi/net_v*.cpp).
-// Owns: the boundary rules — validate NCCL's pointers, call the core (mesh/net.h), catch
+// Owns: the boundary rules — validate NCCL's pointers, call the core (mesh/plugin/net.h), catch
 // everything, map the outcome to ncclResult_t — and the entry points whose signature is the
 // same in v8 through v12 (v11 and v12's context-taking ones: comm_context.h). A version's
 // adapter keeps only what differs: its init, its properties struct, the integer width of
@@ -14,11 +14,11 @@
 #include <exception>
 #include <new>
 
-#include "mesh/check.h"
-#include "mesh/log.h"
-#include "mesh/net.h"
-#include "mesh/plugin.h"
-#include "mesh/transport.h"
+#include "mesh/connect/transport.h"
+#include "mesh/platform/check.h"
+#include "mesh/platform/log.h"
+#include "mesh/plugin/net.h"
+#include "mesh/plugin/plugin.h"
 #include "net_v12.h"  // and, through it, v11, v10, v9 and v8
 
 namespace mesh {

@@ -15,11 +15,11 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "mesh/config.h"
-#include "mesh/ipv4.h"
-#include "mesh/log.h"
-#include "mesh/plugin.h"
-#include "mesh/version.h"
+#include "mesh/config/config.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/platform/log.h"
+#include "mesh/platform/version.h"
+#include "mesh/plugin/plugin.h"
 
 extern char** environ;
 

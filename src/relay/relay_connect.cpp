@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A's side of a relayed connect (mesh/relay_service.h): RELAY-OPEN to each candidate next
+// A's side of a relayed connect (mesh/relay/relay_service.h): RELAY-OPEN to each candidate next
 // hop in turn, then the leg's ordinary handshake. Runs inside NCCL's connect() calls and
 // never blocks: every socket call is non-blocking and each state has a deadline.
 #include <arpa/inet.h>
@@ -14,12 +14,12 @@
 #include <cstring>
 #include <random>
 
-#include "mesh/check.h"
-#include "mesh/ipv4.h"
-#include "mesh/log.h"
-#include "mesh/relay_proto.h"
-#include "mesh/relay_service.h"
-#include "mesh/subnet_routing.h"
+#include "mesh/platform/check.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/platform/log.h"
+#include "mesh/relay/relay_proto.h"
+#include "mesh/relay/relay_service.h"
+#include "mesh/routing/subnet_routing.h"
 
 namespace mesh {
 

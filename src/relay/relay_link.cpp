@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The relay node's data path: RelayLegComm (from A), RelayFwdComm (to C) and the RelayLink
-// that splices them (mesh/relay_link.h; protocol: docs/relay.md).
-#include "mesh/relay_link.h"
+// that splices them (mesh/relay/relay_link.h; protocol: docs/relay.md).
+#include "mesh/relay/relay_link.h"
 
 #include <arpa/inet.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "mesh/check.h"
-#include "mesh/log.h"
+#include "mesh/platform/check.h"
+#include "mesh/platform/log.h"
 
 namespace mesh {
 

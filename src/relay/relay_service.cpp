@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The relay service at the middle node B (mesh/relay_service.h).
-#include "mesh/relay_service.h"
+// The relay service at the middle node B (mesh/relay/relay_service.h).
+#include "mesh/relay/relay_service.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -16,11 +16,11 @@
 #include <cerrno>
 #include <cstring>
 
-#include "mesh/check.h"
-#include "mesh/ipv4.h"
-#include "mesh/log.h"
-#include "mesh/relay_proto.h"
-#include "mesh/subnet_routing.h"
+#include "mesh/platform/check.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/platform/log.h"
+#include "mesh/relay/relay_proto.h"
+#include "mesh/routing/subnet_routing.h"
 
 namespace mesh {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Route discovery on the wire (see route_service.h). Everything in Core below the public
 // methods runs on the reactor thread, or on the stopping thread once the reactor is gone.
-#include "mesh/route_service.h"
+#include "mesh/relay/route_service.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -17,9 +17,9 @@
 #include <mutex>
 #include <set>
 
-#include "mesh/ipv4.h"
-#include "mesh/log.h"
-#include "mesh/relay_proto.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/platform/log.h"
+#include "mesh/relay/relay_proto.h"
 
 namespace mesh {
 

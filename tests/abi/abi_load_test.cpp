@@ -2,7 +2,7 @@
 // abi_load: the built plugin loaded exactly as NCCL loads it. The library is found by name
 // through LD_LIBRARY_PATH (ctest sets it to the plugin's directory), opened with
 // RTLD_NOW | RTLD_LOCAL, and driven only through the ncclNetPlugin_v8 table. This
-// executable links -ldl and gtest, never mesh_core: it sees what NCCL sees.
+// executable links -ldl and gtest, never a module (mesh_*): it sees what NCCL sees.
 //
 // Every test dlopen()s the library anew and dlclose()s it at the end, and checks that the
 // close really unloaded it: the plugin tears its state down in its library destructor, so

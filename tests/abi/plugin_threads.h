@@ -2,7 +2,7 @@
 // plugin_threads.h: counts the plugin's own threads in this process, for the ABI load tests.
 //
 // The plugin names its one thread (the handshake reactor) "mesh-handshake"; see
-// Reactor::kThreadName in include/mesh/reactor.h (the unit test Reactor.ThreadIsNamed pins it).
+// Reactor::kThreadName in include/mesh/connect/reactor.h (the unit test Reactor.ThreadIsNamed pins it).
 // Counting by name, not all of /proc/self/task, keeps these checks true whatever else runs
 // in the process: a thread joined by an earlier test may stay listed a moment after
 // pthread_join returns, and a loaded library may start threads of its own.

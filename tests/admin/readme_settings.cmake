@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The README's settings table is nccl-mesh-info --settings (the code's table, src/config.cpp):
+# The README's settings table is nccl-mesh-info --settings (the code's table, src/config/config.cpp):
 # every row the tool prints must be in README.md, word for word.
 #   cmake -DINFO=<nccl-mesh-info> -DREADME=<README.md> -P readme_settings.cmake
 execute_process(COMMAND ${INFO} --settings OUTPUT_VARIABLE table RESULT_VARIABLE rc)

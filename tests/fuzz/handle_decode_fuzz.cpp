@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mesh/handle_codec.h"
+#include "mesh/wire/handle_codec.h"
 
 namespace {
 

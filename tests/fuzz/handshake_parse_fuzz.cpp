@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mesh/handshake_proto.h"
+#include "mesh/wire/handshake_proto.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mesh/relay_proto.h"
+#include "mesh/relay/relay_proto.h"
 
 namespace {
 

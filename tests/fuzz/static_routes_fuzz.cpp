@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "mesh/routes.h"
+#include "mesh/routing/routes.h"
 
 namespace {
 

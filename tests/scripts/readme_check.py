@@ -6,7 +6,7 @@
     stripped, lower case, punctuation but '-' and '_' dropped, spaces to '-', repeats -1, -2);
     every relative file link names a file that exists;
   - every NCCL_MESH_* the text names is a row of the settings table (nccl-mesh-info --settings,
-    printed from src/config.cpp's table);
+    printed from src/config/config.cpp's table);
   - every command-line flag the text shows after one of the project's tools (nccl-mesh-info,
     nccl-mesh-perf, mesh_e2e, scripts/*: test.sh, fabric-net, vmesh, ...) is one the tool's
     --help names (subcommands' help included).

@@ -3,7 +3,7 @@
 // counts respect the per-WR limit — including sizes beyond 2 GiB (v9+ sends).
 #include <gtest/gtest.h>
 
-#include "mesh/chunk_plan.h"
+#include "mesh/datapath/chunk_plan.h"
 
 namespace mesh {
 namespace {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "mesh/async_events.h"
-#include "mesh/comm.h"
-#include "mesh/log.h"
+#include "mesh/datapath/async_events.h"
+#include "mesh/datapath/comm.h"
+#include "mesh/platform/log.h"
 #include "warn_capture.h"
 
 namespace mesh {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/config.h"
+#include "mesh/config/config.h"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "mesh/doctor.h"
+#include "mesh/tools/doctor.h"
 
 namespace mesh {
 

@@ -3,7 +3,7 @@
 // the FIFO engine (SendComm/RecvComm) of two ends in one process, with no RDMA.
 //
 // Control calls (device, PD, CQ, QP, MR) come through a VerbsApi table; data-path calls
-// (post_send, post_recv, poll_cq) through a DataOps table (mesh/data_ops.h). A QP connects
+// (post_send, post_recv, poll_cq) through a DataOps table (mesh/datapath/data_ops.h). A QP connects
 // to the QP whose number it was given at RTR, as with RC. Posted work requests are queued
 // per QP and executed only when the test says so (step/run), in order on one QP and in any
 // order across QPs, as a real fabric may:
@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "mesh/data_ops.h"
-#include "mesh/verbs_loader.h"
+#include "mesh/datapath/data_ops.h"
+#include "mesh/platform/verbs_loader.h"
 
 namespace mesh {
 namespace fake {

@@ -18,7 +18,7 @@
 #include <memory>
 #include <thread>
 
-#include "mesh/comm.h"
+#include "mesh/datapath/comm.h"
 
 namespace mesh {
 namespace {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "fake_rdma.h"
-#include "mesh/comm.h"
-#include "mesh/mr_cache.h"
-#include "mesh/nic_discovery.h"
+#include "mesh/datapath/comm.h"
+#include "mesh/discovery/nic_discovery.h"
+#include "mesh/rdma/mr_cache.h"
 
 namespace mesh {
 namespace fake {

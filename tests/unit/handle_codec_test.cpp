@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/handle_codec.h"
+#include "mesh/wire/handle_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/handshake_proto.h"
+#include "mesh/wire/handshake_proto.h"
 
 #include <gtest/gtest.h>
 

@@ -20,8 +20,8 @@
 #include <memory>
 #include <thread>
 
-#include "mesh/handshake.h"
-#include "mesh/log.h"
+#include "mesh/connect/handshake.h"
+#include "mesh/platform/log.h"
 
 namespace mesh {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/hca_filter.h"
+#include "mesh/discovery/hca_filter.h"
 
 #include <gtest/gtest.h>
 

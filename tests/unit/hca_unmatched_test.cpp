@@ -3,7 +3,7 @@
 // messages of the parser no longer name the variable (the caller prefixes it once).
 #include <gtest/gtest.h>
 
-#include "mesh/hca_filter.h"
+#include "mesh/discovery/hca_filter.h"
 
 namespace mesh {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/ipv4.h"
+#include "mesh/platform/ipv4.h"
 
 #include <gtest/gtest.h>
 

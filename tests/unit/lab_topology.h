@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "mesh/handle_codec.h"
-#include "mesh/subnet_routing.h"
+#include "mesh/routing/subnet_routing.h"
+#include "mesh/wire/handle_codec.h"
 
 namespace mesh {
 namespace lab {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/mr_cache.h"
+#include "mesh/rdma/mr_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "mesh/nic_discovery.h"
+#include "mesh/discovery/nic_discovery.h"
 
 namespace mesh {
 namespace {

@@ -3,7 +3,7 @@
 // nccl-mesh-info --doctor say it.
 #include <gtest/gtest.h>
 
-#include "mesh/nccl_compat.h"
+#include "mesh/plugin/nccl_compat.h"
 
 namespace mesh {
 namespace {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The devices NCCL sees (net_devices.h): node mode's PCI path and GUID, per-port mode's
 // exact values, the capabilities a node device can promise.
-#include "mesh/net_devices.h"
+#include "mesh/plugin/net_devices.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "mesh/nic_discovery.h"
+#include "mesh/discovery/nic_discovery.h"
 
 namespace mesh {
 namespace {

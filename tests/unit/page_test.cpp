@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Page geometry (mesh/page.h) and what depends on it, with 4, 16 and 64 KiB pages: the
+// Page geometry (mesh/platform/page.h) and what depends on it, with 4, 16 and 64 KiB pages: the
 // registration cache's rounding and the whole-page rule for memory that rdma-core's fork
 // protection (MADV_DONTFORK on the registered range) covers. The kernel's page size cannot
 // change under a test, so the size is a parameter, as it is in the code.
-#include "mesh/page.h"
+#include "mesh/platform/page.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "mesh/mr_cache.h"
+#include "mesh/rdma/mr_cache.h"
 
 namespace mesh {
 namespace {

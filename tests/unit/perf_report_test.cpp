@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "mesh/perf_report.h"
+#include "mesh/tools/perf_report.h"
 
 namespace mesh {
 namespace {

@@ -3,8 +3,8 @@
 // list on the wire, and the words of the no-cable verdict.
 #include <gtest/gtest.h>
 
-#include "mesh/ipv4.h"
-#include "mesh/probe_plan.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/tools/probe_plan.h"
 
 namespace mesh {
 namespace {

@@ -3,7 +3,7 @@
 // CQs and QPs it owns, counts every create and destroy, and fails the calls a test names
 // (ENOMEM as when the device's max_qp is reached, EINVAL for bad capacities, errors on
 // ibv_modify_qp). The WARN lines are captured through the logger hook.
-#include "mesh/qp.h"
+#include "mesh/rdma/qp.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "mesh/log.h"
-#include "mesh/nic_discovery.h"
+#include "mesh/discovery/nic_discovery.h"
+#include "mesh/platform/log.h"
 
 namespace mesh {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "mesh/reactor.h"
+#include "mesh/connect/reactor.h"
 
 namespace mesh {
 namespace {

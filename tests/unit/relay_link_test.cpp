@@ -12,7 +12,7 @@
 
 #include "fake_rdma.h"
 #include "fifo_pair.h"
-#include "mesh/relay_link.h"
+#include "mesh/relay/relay_link.h"
 
 namespace mesh {
 namespace fake {

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/relay_proto.h"
+#include "mesh/relay/relay_proto.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "mesh/wire.h"
+#include "mesh/wire/wire.h"
 
 namespace mesh {
 namespace {

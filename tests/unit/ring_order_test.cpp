@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "mesh/ring_order.h"
+#include "mesh/routing/ring_order.h"
 
 namespace mesh {
 namespace {

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "mesh/ipv4.h"
-#include "mesh/route_service.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/relay/route_service.h"
 #include "warn_capture.h"
 
 namespace mesh {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/routes.h"
-#include "mesh/relay_proto.h"
+#include "mesh/relay/relay_proto.h"
+#include "mesh/routing/routes.h"
 
 #include "lab_topology.h"
 

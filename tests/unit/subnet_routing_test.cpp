@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "mesh/subnet_routing.h"
+#include "mesh/routing/subnet_routing.h"
 
 #include "lab_topology.h"
 

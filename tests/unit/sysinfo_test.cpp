@@ -2,7 +2,7 @@
 // The locked-memory and CMA figures a failed registration names (sysinfo.h), and their parsers.
 #include <gtest/gtest.h>
 
-#include "mesh/sysinfo.h"
+#include "mesh/platform/sysinfo.h"
 
 namespace mesh {
 namespace {

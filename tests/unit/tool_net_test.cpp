@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "mesh/tool_net.h"
+#include "mesh/tools/tool_net.h"
 
 namespace mesh {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mesh/log.h"
+#include "mesh/platform/log.h"
 
 namespace mesh {
 namespace testing_support {

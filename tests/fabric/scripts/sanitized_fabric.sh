@@ -49,7 +49,7 @@ for spec in "$@"; do
   # shellcheck disable=SC2086  # option lists are word lists
   # The fabric is named by its full path, a setting longer than 15 characters: LeakSanitizer
   # then also checks that unloading frees heap-allocated strings in the plugin's static
-  # storage (releaseStatic in include/mesh/static_state.h; 63 bytes per string leaked before).
+  # storage (releaseStatic in include/mesh/platform/static_state.h; 63 bytes per string leaked before).
   "$repo/scripts/fabric-net" run --nodes "$nodes" --timeout 280 $net_opts -- \
     env LD_LIBRARY_PATH="$plugin_dir" NCCL_MESH_IBVERBS_LIB="$lib" \
     "$driver" $name $scenario_opts --deadline 240 >"$out" 2>&1

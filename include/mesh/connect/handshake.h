@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// Handshake engine: listen comms, pending connects and pending accepts, all driven by the
+// reactor thread. NCCL's thread calls listen/startConnect/pollConnect/pollAccept/close*,
+// which only create sockets, post work and read published state — they never block.
+//
+// Ownership: Listener and Connector are shared between NCCL's thread and the reactor
+// (shared_ptr). Fields are annotated with the thread that writes them; cross-thread state is
+// atomic or guarded by Listener::mutex_.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "err.h"
+#include "mesh/connect/reactor.h"
+#include "mesh/connect/transport.h"
+#include "mesh/wire/handle_codec.h"
+#include "mesh/wire/handshake_proto.h"
+
+namespace mesh {
+
+struct HandshakeSettings {
+  int timeoutMs = 30000;       // every step of a handshake must finish within this
+  bool listenAny = false;      // bind 0.0.0.0 instead of the mesh addresses
+  int portMin = 0;             // 0: ephemeral ports
+  int portMax = 0;
+  size_t maxPending = 256;     // unauthenticated sockets per listener; the oldest is evicted beyond
+  int peerTimeoutMs = 30000;   // keepalive on established connections; 0: off
+};
+
+// A TCP socket as the handshake uses them: non-blocking, close-on-exec, TCP_NODELAY (small
+// request/reply messages). -1 with errno on failure.
+int newTcpSocket();
+
+class Listener;
+class Connector;
+struct PendingAccept;
+
+class Handshaker {
+ public:
+  Handshaker(Reactor* reactor, Transport* transport, HandshakeSettings settings);
+  ~Handshaker();
+
+  // Binds the listener sockets (non-blocking) and fills *handle. NCCL thread.
+  ncclResult_t listen(std::shared_ptr<Listener>* out, Handle* handle);
+  // Returns a finished connection, or nullptr while none is ready. NCCL thread.
+  ncclResult_t pollAccept(const std::shared_ptr<Listener>& listener,
+                          std::unique_ptr<PreparedConn>* conn);
+  void closeListener(std::shared_ptr<Listener> listener);
+
+  // Starts connecting to a peer's handle over the routes chosen for it. NCCL thread.
+  ncclResult_t startConnect(const Handle& handle, const std::vector<Route>& routes,
+                            const ConnOptions& opts, std::shared_ptr<Connector>* out);
+  // nullptr while pending; the connection when done; an error (with a logged reason) when
+  // the handshake failed or ran out of time.
+  ncclResult_t pollConnect(Connector* connector, std::unique_ptr<PreparedConn>* conn);
+  // NCCL will not poll this connect again (it reused the handle for another, or the plugin
+  // shuts down): its socket is closed and its comm, half-built or finished and never
+  // claimed, released. Any thread; runs inline when the reactor has stopped.
+  void discardConnect(std::shared_ptr<Connector> connector);
+
+  // Closes a finished connection's control socket (any thread).
+  void closeControl(const std::shared_ptr<ControlLink>& control);
+
+  // Reactor-thread internals (public for the file-local helpers in handshake.cpp).
+  Reactor* reactor() const { return reactor_; }
+  Transport* transport() const { return transport_; }
+  const HandshakeSettings& settings() const { return settings_; }
+  // A finished handshake's socket becomes the connection's control link: watched for the
+  // peer closing it, owned by conn->control (*fd is taken, set to -1).
+  void adoptControl(int* fd, PreparedConn* conn, const std::string& peer);
+
+ private:
+  Reactor* reactor_;
+  Transport* transport_;
+  HandshakeSettings settings_;
+};
+
+}  // namespace mesh

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// What NCCL sees as network devices, built from the discovered ports. Pure code (no verbs),
+// unit-tested.
+//
+// NCCL_MESH_DEVICES=port: one device per RDMA port, with that port's own PCI path and GUID
+// (what NCCL's IB transport reports for a port).
+// NCCL_MESH_DEVICES=node (default): ONE device for the node; whatever device NCCL picks for
+// a channel, each connection leaves on the port cabled to its peer. Its speed is the fastest
+// cable's, all of that cable's functions together (cableGroups): what one peer can get. Its PCI path and GUID
+// tell NCCL's topology where that device sits (src/graph/topo.cc ncclTopoAddNet, xml.cc
+// ncclTopoFillNet, 2.28-2.30):
+//  - all ports on one PCI function: that function's path and GUID, exact;
+//  - ports on several PCI devices: no PCI path (NULL), so NCCL attaches the device to the
+//    first CPU, as it does for a NIC with no PCI device. One device cannot sit at two PCI
+//    positions, and reporting one port's position would let NCCL judge GPUDirect and PXN
+//    by a GPU-NIC distance that the other ports' traffic does not have; NCCL's own NIC
+//    fusion (makeVDevice) places a fused device at the physical NICs' common ancestor, a
+//    made-up PCI node a plugin cannot report. Without a PCI path NCCL decides GPUDirect
+//    by NCCL_NET_GDR_LEVEL against a CPU-attached NIC (host staging by default), which is
+//    correct on any board. The GUID is the first port's node GUID (NCCL only needs it to
+//    tell devices of one node apart and to hash a PCI id when there is no path).
+// Rail and plane (ncclNet v12, NCCL 2.30 src/graph/search.cc ncclTopoSearchCheckNet): every
+// device is on rail 0 and plane 0. A mesh has no rails (any port may carry a channel's
+// traffic in one direction and another port the other way) and is one fabric; with equal
+// rail ids NCCL lets a channel enter and leave a node through different devices, which is
+// exactly what per-port mode needs, and with one device nothing changes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mesh/config/config.h"
+#include "mesh/discovery/nic_discovery.h"
+
+namespace mesh {
+
+enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmabuf = 0x4 };
+
+constexpr int kMeshRailId = 0;
+constexpr int kMeshPlaneId = 0;
+
+struct NetDevice {
+  std::string name;
+  std::vector<int> ports;  // indexes into Discovery::ports
+  std::string pciPath;     // empty: none (NCCL gets NULL)
+  uint64_t guid = 0;
+  int ptrSupport = kPtrHost;
+  int speedMbps = 0;
+  int port = 1;
+  float latencyUs = 0;
+  int maxComms = 65536;
+  int maxRecvs = 8;        // set from kGroupMax
+  bool regIsGlobal = true;
+  int railId = kMeshRailId;
+  int planeId = kMeshPlaneId;
+};
+
+// The devices NCCL sees for these ports under config.devices (none without ports).
+std::vector<NetDevice> makeNetDevices(const std::vector<MeshPort>& ports, const Config& config);
+
+// The cables of this node: ports that drive one wire, as port indexes, each group sorted, in
+// the order of their first port. Ports are one cable's functions when
+//  - they are one port's PCIe functions in Socket Direct (a DGX Spark port: the same
+//    bus:device.function in two PCI domains, e.g. 0000:01:00.1 and 0002:01:00.1), or
+//  - they have IPv4 addresses in one subnet (a switchless mesh gives every cable a subnet:
+//    two ports in one are the functions of one cable end, NVIDIA's Spark addressing).
+// Every other port is a cable of its own.
+std::vector<std::vector<int>> cableGroups(const std::vector<MeshPort>& ports);
+
+// What one peer can get through a cable: its functions together. Socket Direct functions
+// each report the port's link speed (the largest is the cable's); other ports that share a
+// subnet add up.
+int cableSpeedMbps(const std::vector<MeshPort>& ports, const std::vector<int>& cable);
+
+// True for two PCI paths of one Socket Direct port: equal bus:device.function, different domain.
+bool socketDirectSiblings(const std::string& pciPathA, const std::string& pciPathB);
+
+}  // namespace mesh

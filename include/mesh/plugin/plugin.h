@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plugin core: process-wide state behind the ABI layer — settings, the verbs library,
+// discovered ports, the NCCL device list, the handshake reactor, and the tables of comms
+// and connects handed to NCCL. It is the one owner of every verbs object that is not a
+// comm's own (devices: context and PD; memory registrations), and of the comms NCCL left
+// open when it unloads the library.
+// Lifecycle: init() once per process (idempotent; NCCL >= 2.28 calls it per communicator);
+// shutdown() from the library destructor (dlclose, or exit), or explicitly in tests, tears
+// everything down in one order: reactor thread (joined), pending connects, comms NCCL never
+// closed, memory registrations, devices, libibverbs. Nothing outlives a dlclose(). In a
+// forked child (its pid is not the one that ran init) shutdown() touches nothing: the
+// verbs objects, their uverbs file and the reactor thread belong to the parent.
+// NCCL's structs are not known here: the ABI layer translates.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "err.h"
+#include "mesh/config/config.h"
+#include "mesh/connect/handshake.h"
+#include "mesh/connect/reactor.h"
+#include "mesh/datapath/comm.h"
+#include "mesh/discovery/nic_discovery.h"
+#include "mesh/platform/verbs_loader.h"
+#include "mesh/plugin/net.h"
+#include "mesh/plugin/net_devices.h"
+#include "mesh/rdma/mr_cache.h"
+#include "mesh/relay/relay_service.h"
+#include "mesh/relay/route_service.h"
+#include "mesh/routing/routes.h"
+
+namespace mesh {
+
+class Plugin {
+ public:
+  static Plugin& instance();
+
+  // `abi`: the ncclNet version NCCL entered through (8..12), 0 from the tools. The first
+  // init with an ABI logs which NCCL loaded the library.
+  ncclResult_t init(ncclDebugLogger_t logger, int abi = 0);
+  // `fromExitHandler`: called by the relay's atexit handler (the verbs provider is still
+  // loaded then), so a pinned library shuts down in full; from the ELF destructor a pinned
+  // library only stops its threads (see shutdown()).
+  void shutdown(bool fromExitHandler = false);
+  bool initialized() const { return initialized_; }
+  // True in a child forked after init (set by a pthread_atfork handler: a load, no syscall,
+  // so the data path may check it). Every entry point refuses to run there.
+  static bool inForkedChild();
+
+  int deviceCount() const { return static_cast<int>(netDevices_.size()); }
+  ncclResult_t device(int dev, const NetDevice** out) const;
+
+  const Config& config() const { return config_; }
+  const VerbsApi& verbs() const { return verbs_; }
+  const Discovery& discovery() const { return discovery_; }
+  Reactor& reactor() { return reactor_; }
+  // Connection machinery, one per NCCL device (they share the reactor); nullptr when the
+  // node has no usable port. `dev` must be valid (checked by the caller via device()).
+  Handshaker* handshakerFor(int dev) { return handshakers_.at(static_cast<size_t>(dev)).get(); }
+  Transport* transport(int dev) { return transports_.at(static_cast<size_t>(dev)).get(); }
+  Handshaker* handshaker() { return handshakers_.empty() ? nullptr : handshakers_[0].get(); }
+  MrRegistry* registry() { return registry_.get(); }
+  NetTables& tables() { return tables_; }
+  // Relay (NCCL_MESH_RELAY=auto): the neighbours that reach a peer we have no cable to,
+  // preferred first; and how a relayed connect asks them.
+  NextHopResult relayNextHops(const std::vector<HandleAddress>& peer);
+  // relayNextHops() reduced to relayed next hops on `nics`, none of them in `exclude`.
+  std::vector<NextHop> relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
+                                       const std::vector<NodeId>& exclude);
+  RelayConnectSettings relayConnectSettings() const;
+  HandshakeSettings handshakeSettings() const;  // NCCL_MESH_* timeouts, listen address, port range
+  RelayService* relayService() { return relay_.get(); }
+
+ private:
+  Plugin() = default;
+  void buildNetDevices();
+  void logSettings() const;
+  void logLoader(ncclDebugLogger_t logger, int abi);
+  void buildConnectionMachinery();
+  void watchAsyncEvents();
+  void initFork();
+  void startRelay();
+  CommSettings commSettings() const;
+
+  std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
+  bool initialized_ = false;
+  bool loaderLogged_ = false;  // under initMutex_
+  Config config_;
+  VerbsApi verbs_;
+  Discovery discovery_;
+  std::vector<NetDevice> netDevices_;
+  Reactor reactor_;
+  std::unique_ptr<MrRegistry> registry_;
+  std::vector<std::unique_ptr<RdmaTransport>> transports_;
+  std::vector<std::unique_ptr<Handshaker>> handshakers_;
+  NetTables tables_;
+  std::unique_ptr<RelayService> relay_;
+  std::unique_ptr<RouteService> routes_;  // HELLOs on the mesh ports; thread-safe queries
+  NodeId nodeId_ = 0;
+  pid_t initPid_ = 0;      // the process that ran init
+};
+
+}  // namespace mesh

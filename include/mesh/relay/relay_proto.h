@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// Relay wire protocol (issue 15): the link-local HELLO that route discovery sends on every
+// mesh port, and the RELAY-OPEN request/reply a connecting node A exchanges with the relay
+// service of its next hop B to reach a listener C it has no cable to. Pure code:
+// encode/parse are unit-tested and fuzzed (HELLOs come from anyone on a link, requests
+// from anyone who reaches the relay port). Nothing sends these yet: the relay service is
+// the next step of the issue.
+//
+// Message = Header + body, all fields little-endian, fixed width, reserved bytes zero:
+//   Header (16 bytes): magic u32 (kRelayMagic) | version u16 | type u16 |
+//                      length u32 (whole message, header included) | reserved u32
+//   HELLO (type 1), one UDP datagram, at most kRelayMaxHello = 1420 bytes (one Ethernet
+//   frame with IPv4 and UDP headers):
+//     node u64 | nAddrs u8 (1..32) | reserved u8 | nRoutes u16 (0..200) |
+//     nAddrs × Addr (6 bytes):  addr u32 | prefixLen u8 (0..32) | reserved u8
+//     nRoutes × Route (6 bytes): subnet u32 (host bits zero) | prefixLen u8 | hops u8
+//                                (0..16; 16 = unreachable)
+//   OPEN (type 2), A → B over TCP:
+//     origin u64 (A's node) | request u64 (A's id for it) | hopBudget u8 (1..15: relays
+//     that may still forward, B included) | nVisited u8 (0..15) | reserved u16 |
+//     reserved u32 | handle [128] (C's listen handle, as NCCL gave it to A: its address
+//     list, port and token) | nVisited × node u64 (relays already on the path, for loops)
+//   OPEN-REPLY (type 3), B → A over TCP:
+//     request u64 | status u16 (RelayStatus) | hops u8 (relays on the path, B included) |
+//     reserved u8 | reasonLen u16 (0..512) | reserved u16 |
+//     status Ok: handle [128] (the listen handle of B's leg for A to connect to), and
+//                reasonLen 0;
+//     otherwise: reasonLen bytes of reason text (UTF-8, not NUL-terminated).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mesh/routing/routes.h"
+#include "mesh/wire/handle_codec.h"
+
+namespace mesh {
+
+constexpr uint32_t kRelayMagic = 0x314c524du;  // "MRL1" as little-endian bytes
+constexpr uint16_t kRelayVersion = 1;
+constexpr size_t kRelayHeaderSize = 16;
+constexpr size_t kRelayHelloPrefix = 12;
+constexpr size_t kRelayHelloAddrSize = 6;
+constexpr size_t kRelayHelloRouteSize = 6;
+constexpr size_t kRelayOpenPrefix = 24;
+constexpr size_t kRelayReplyPrefix = 16;
+constexpr size_t kRelayMaxReason = 512;
+constexpr int kRelayMaxHopBudget = kRouteMaxHopsLimit;
+constexpr size_t kRelayMaxHello = kRelayHeaderSize + kRelayHelloPrefix +
+                                  kHelloMaxAddresses * kRelayHelloAddrSize +
+                                  kHelloMaxRoutes * kRelayHelloRouteSize;
+constexpr size_t kRelayMaxOpen = kRelayHeaderSize + kRelayOpenPrefix + kHandleSize +
+                                 kRelayMaxHopBudget * sizeof(uint64_t);
+constexpr size_t kRelayMaxReply = kRelayHeaderSize + kRelayReplyPrefix +
+                                  (kHandleSize > kRelayMaxReason ? kHandleSize : kRelayMaxReason);
+constexpr size_t kRelayMaxMessage = kRelayMaxHello;
+static_assert(kRelayMaxHello == 1420, "HELLO wire format changed (and must fit 1472 bytes)");
+static_assert(kRelayMaxOpen == 288 && kRelayMaxReply == 544, "relay-open wire format changed");
+static_assert(kRelayMaxOpen <= kRelayMaxMessage && kRelayMaxReply <= kRelayMaxMessage,
+              "kRelayMaxMessage bounds every message");
+
+enum class RelayType : uint16_t { Hello = 1, Open = 2, OpenReply = 3 };
+
+// Why a relay refused an OPEN, for A's error message (and for trying the other way round).
+enum class RelayStatus : uint16_t {
+  Ok = 0,
+  NoRoute = 1,        // B has no route to any of C's addresses
+  HopBudget = 2,      // forwarding would exceed the hop budget
+  Loop = 3,           // B is already on the path (nVisited lists it)
+  Disabled = 4,       // NCCL_MESH_RELAY=off on B, or no relay service there
+  NoMemory = 5,       // NCCL_MESH_RELAY_MEM would be exceeded
+  PeerRefused = 6,    // C (or the next relay) refused or did not answer
+  BadRequest = 7,     // a malformed or unsupported request
+  ShuttingDown = 8,   // B's relay service is stopping
+};
+constexpr uint16_t kRelayStatusMax = 8;
+const char* relayStatusName(RelayStatus s);
+
+struct RelayOpen {
+  NodeId origin = 0;
+  uint64_t request = 0;
+  int hopBudget = 1;             // 1..kRelayMaxHopBudget
+  std::vector<NodeId> visited;   // at most kRelayMaxHopBudget
+  Handle target;                 // C's listen handle
+};
+
+struct RelayOpenReply {
+  uint64_t request = 0;
+  RelayStatus status = RelayStatus::Ok;
+  int hops = 0;                  // 0..kRelayMaxHopBudget
+  Handle leg;                    // status Ok: where A connects
+  std::string reason;            // otherwise: why (at most kRelayMaxReason bytes)
+};
+
+struct RelayMessage {
+  RelayType type = RelayType::Hello;
+  NodeHello hello;       // Hello
+  RelayOpen open;        // Open
+  RelayOpenReply reply;  // OpenReply
+};
+
+// Serializes the part of msg its type names. Fails, with *error, on anything parse would
+// reject (counts, limits, host bits, node 0, an unencodable handle, an over-long reason).
+bool encodeRelay(const RelayMessage& msg, std::vector<uint8_t>* out, std::string* error);
+
+// How many bytes the message starting at `in` occupies, from its header alone: 0 while
+// fewer than kRelayHeaderSize bytes are available; -1 (with *error) for a bad header (magic,
+// version, type, or a length below the header or above that type's maximum).
+long relayMessageLength(const uint8_t* in, size_t len, std::string* error);
+
+// Parses one complete message of exactly `len` bytes, with every check above; *out is
+// written only on success. Never reads beyond in[len).
+bool parseRelay(const uint8_t* in, size_t len, RelayMessage* out, std::string* error);
+
+}  // namespace mesh

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// The relay's control plane (issue 15; docs/relay.md).
+//
+// RelayService (every plugin process with NCCL_MESH_RELAY=auto; the one that binds the relay
+// port on the node's mesh addresses serves): one thread, "mesh-relay", that
+//  - accepts RELAY-OPEN requests on NCCL_MESH_RELAY_PORT (TCP, mesh addresses only),
+//  - builds the two halves of a relayed connection: connects to C's listener as an
+//    ordinary sender (RelayFwdComm; C's accept is unchanged), then answers A with the
+//    handle of a one-shot listener for the leg (RelayLegComm) and accepts A there,
+//  - runs every RelayLink: polls both legs' completions and FIFOs, spinning while data
+//    moves and backing off to 1 ms sleeps after 50 ms without work,
+//  - tears a link down at the first error on either leg (both comms closed, both control
+//    sockets closed: A and C see their peer gone and fail with ncclRemoteError).
+// The staging rings of all links and pending opens are capped by NCCL_MESH_RELAY_MEM; an
+// open beyond it is refused (NoMemory), never queued.
+//
+// RelayConnector (A's side of one connect with no shared subnet): driven from NCCL's
+// connect() calls, never blocking: asks each candidate next hop in turn (preferred first,
+// from the route table) over TCP, then connects to the leg handle of the first that says
+// yes. Errors from every candidate are collected into one WARN naming the path.
+//
+// Lifetime: the service is created by Plugin::init and stopped (thread joined, links
+// closed) by Plugin::shutdown. A node that served a relayed connection pins the library
+// (RTLD_NODELETE) at that moment, so NCCL's dlclose at the end of the node's own
+// communicators does not end other nodes' connections through it; the service then runs
+// until the process exits.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "err.h"
+#include "mesh/config/config.h"
+#include "mesh/connect/handshake.h"
+#include "mesh/datapath/comm.h"
+#include "mesh/relay/relay_link.h"
+#include "mesh/relay/relay_proto.h"
+#include "mesh/routing/routes.h"
+#include "mesh/wire/handle_codec.h"
+
+namespace mesh {
+
+struct RelaySettings {
+  int port = 41517;
+  int maxHops = 2;
+  RelayGeometry geometry;
+  size_t memCap = size_t{1} << 30;
+  int timeoutMs = 30000;  // one OPEN, from the request to the leg accepted
+};
+
+RelaySettings relaySettingsFrom(const Config& config);
+
+// Builds the relay's comm kinds instead of the plain ones.
+class RelayTransport : public RdmaTransport {
+ public:
+  RelayTransport(const Discovery* disc, CommSettings settings, RelayGeometry geometry)
+      : RdmaTransport(disc, settings), geometry_(geometry) {}
+
+ protected:
+  std::unique_ptr<Comm> makeComm(bool sender) const override;
+
+ private:
+  RelayGeometry geometry_;
+};
+
+struct RelayConnectSettings {
+  int port = 41517;
+  int maxHops = 2;        // the OPEN's hop budget: relays that may still forward
+  int timeoutMs = 30000;  // per candidate next hop
+  NodeId self = 0;
+  NodeId origin = 0;            // a relay forwarding an OPEN: the node that asked first
+  std::vector<NodeId> visited;  // relays already on the path (loop guard)
+};
+
+// The neighbours that may relay to `peer`, preferred first, leaving out those in `exclude`.
+using RelayLookup = std::function<std::vector<NextHop>(const std::vector<HandleAddress>& peer,
+                                                       const std::vector<NodeId>& exclude)>;
+
+class RelayService {
+ public:
+  // `lookup`: next hops for an OPEN whose target is not cabled to this node (a path of
+  // several relays: this relay asks the next one as A asked us). `atExit`: registered with
+  // atexit() when the library is pinned (the owner's shutdown, see pinLibrary()).
+  RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs, RelaySettings s,
+               NodeId self, RelayLookup lookup, void (*atExit)() = nullptr);
+  ~RelayService();
+  ncclResult_t start();
+  void stop();  // idempotent; joins the thread, closes every link and pending open
+  // Process exit with the library pinned: the verbs provider may already be finalized
+  // (it was loaded after us, so its destructors ran first). Joins the thread and leaves
+  // every verbs object to the kernel; A and C see the sockets close.
+  void abandon();
+  // The library is pinned (RTLD_NODELETE): its destructor runs at process exit only.
+  bool pinned() const { return pinnedFlag_.load(std::memory_order_acquire); }
+
+  size_t liveLinks() const { return liveLinks_.load(std::memory_order_relaxed); }
+  size_t ringBytesInUse() const { return memUsed_.load(std::memory_order_relaxed); }
+  bool serving() const { return serving_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Session;
+  void run();
+  void bindListeners(std::vector<int>* fds);
+  void acceptSessions(int fd);
+  bool stepSession(Session& s);  // false: the session is over
+  void replyError(Session& s, RelayStatus status, const std::string& reason);
+  void endLink(std::unique_ptr<RelayLink> link, const std::string& why);
+  bool stepLinks();  // one round over the links, ending failed ones; true if any moved
+  void pinLibrary();
+
+  const Discovery* disc_;
+  Reactor* reactor_;
+  RelaySettings settings_;
+  NodeId self_;
+  RelayLookup lookup_;
+  void (*atExit_)() = nullptr;
+  std::unique_ptr<RelayTransport> transport_;
+  std::unique_ptr<Handshaker> hs_;
+  std::vector<LocalNic> nics_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> liveLinks_{0};
+  std::atomic<size_t> memUsed_{0};
+  std::atomic<bool> serving_{false};
+  std::atomic<bool> pinnedFlag_{false};
+  std::atomic<bool> abandon_{false};
+  // Relay thread only:
+  std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<std::unique_ptr<RelayLink>> links_;
+  std::vector<int> listenFds_;  // bound by start(), then the thread's
+  bool pinned_ = false;
+  uint64_t relayedTotal_ = 0;
+};
+
+class RelayConnector {
+ public:
+  // `lookup` gives the candidate next hops, preferred first; while it has none (the route
+  // service has not heard the neighbours yet: they may start later than we do), it is asked
+  // again on every poll until the connect timeout.
+  using Lookup = std::function<std::vector<NextHop>()>;
+  RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup, ConnOptions opts,
+                 RelayConnectSettings s);
+  ~RelayConnector();
+  // nullptr while pending; the SendComm (towards the relay) when done; an error, with a WARN
+  // naming every path tried, when no candidate relayed.
+  ncclResult_t poll(std::unique_ptr<PreparedConn>* out);
+  // What the connection goes through, for the log: "198.18.0.2".
+  std::string via() const;
+
+ private:
+  enum class State { Start, Connecting, Sending, Reading, Leg, Failed };
+  void nextCandidate(const std::string& why);
+  ncclResult_t stepCandidate();
+
+  Handshaker* hs_;
+  std::vector<LocalNic> nics_;
+  Handle target_;
+  Lookup lookup_;
+  std::vector<NextHop> candidates_;
+  std::chrono::steady_clock::time_point routeDeadline_;
+  std::chrono::steady_clock::time_point retryAt_;
+  ConnOptions opts_;
+  RelayConnectSettings settings_;
+  size_t index_ = 0;
+  State state_ = State::Start;
+  int fd_ = -1;
+  std::vector<uint8_t> out_, in_;
+  size_t sent_ = 0;
+  uint64_t request_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  std::shared_ptr<Connector> leg_;
+  std::vector<std::string> tried_;
+};
+
+}  // namespace mesh

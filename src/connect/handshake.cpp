@@ -1,0 +1,669 @@
+// SPDX-License-Identifier: Apache-2.0
+// Handshake engine (see handshake.h). Everything below the public methods runs on the
+// reactor thread.
+#include "mesh/connect/handshake.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "mesh/platform/check.h"
+#include "mesh/platform/log.h"
+#include "mesh/routing/subnet_routing.h"
+
+namespace mesh {
+
+using Clock = Reactor::Clock;
+
+// --- shared state ------------------------------------------------------------------------
+
+struct PendingAccept {
+  enum class Stage { Hello, Parked, WaitReady };
+  int fd = -1;
+  Stage stage = Stage::Hello;
+  Clock::time_point deadline;
+  std::vector<uint8_t> inbuf;
+  HsMessage hello;
+  std::vector<Route> routes;
+  std::unique_ptr<PreparedConn> conn;
+  std::string peer;
+};
+
+class Listener {
+ public:
+  // Immutable after Handshaker::listen.
+  uint64_t token = 0;
+  uint16_t port = 0;
+  std::vector<int> fds;
+  std::vector<LocalNic> nics;
+  // Reactor thread only.
+  std::vector<std::shared_ptr<PendingAccept>> pending;
+  std::shared_ptr<PendingAccept> inflight;
+  bool closed = false;
+  Clock::time_point lastRefusalLog;
+  int refusalsSinceLog = 0;
+  // Cross-thread.
+  std::mutex mutex;                                  // guards ready
+  std::deque<std::unique_ptr<PreparedConn>> ready;   // pushed by the reactor, popped by accept
+  std::atomic<bool> acceptWanted{false};             // set by accept(), cleared by the reactor
+};
+
+class Connector {
+ public:
+  enum State : int { kPending = 0, kReady = 1, kFailed = 2 };
+  enum class Step { Connect, WaitAccept };
+  // Immutable after startConnect.
+  Handle handle;
+  std::vector<Route> routes;
+  ConnOptions opts;
+  Clock::time_point deadline;
+  std::string peer;  // "198.18.0.2:41234"
+  // Reactor thread only.
+  int fd = -1;
+  Step step = Step::Connect;
+  std::vector<uint8_t> inbuf;
+  std::unique_ptr<PreparedConn> conn;
+  // Published to NCCL's thread: result/error are written before state (release).
+  std::atomic<int> state{kPending};
+  std::string error;
+  ncclResult_t errorCode = ncclSystemError;
+  std::unique_ptr<PreparedConn> result;
+};
+
+int newTcpSocket() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  return fd;
+}
+
+namespace {
+
+const char* stepName(Connector::Step s) {
+  return s == Connector::Step::Connect ? "the TCP connect" : "the peer's ACCEPT (has it called accept?)";
+}
+
+uint64_t randomToken() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) {
+    std::random_device rd;
+    v = (uint64_t{rd()} << 32) ^ rd();
+  }
+  return v;
+}
+
+// Messages are at most kHsMaxMessage bytes and each side sends one message per step into
+// an otherwise idle socket, so one send() normally takes it whole; a short write is
+// reported as an error rather than buffered.
+bool sendMessage(int fd, const HsMessage& msg, std::string* error) {
+  std::vector<uint8_t> bytes;
+  if (!encodeHandshake(msg, &bytes, error)) return false;
+  ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(bytes.size())) return true;
+  *error = n < 0 ? std::string("send failed: ") + strerror(errno) : "short send";
+  return false;
+}
+
+// Reads what is available. Returns 1 with *msg when a whole message arrived, 0 when more
+// is needed, -1 on a protocol error (*error set), -2 when the peer closed the socket.
+int readMessage(int fd, std::vector<uint8_t>* buf, HsMessage* msg, std::string* error) {
+  for (;;) {
+    long need = handshakeLength(buf->data(), buf->size(), error);
+    if (need < 0) return -1;
+    size_t want = need == 0 ? kHsHeaderSize : static_cast<size_t>(need);
+    if (need > 0 && buf->size() >= want) {
+      bool ok = parseHandshake(buf->data(), want, msg, error);
+      buf->erase(buf->begin(), buf->begin() + static_cast<long>(want));
+      return ok ? 1 : -1;
+    }
+    size_t old = buf->size();
+    buf->resize(want);
+    ssize_t n = recv(fd, buf->data() + old, want - old, 0);
+    if (n <= 0) {
+      buf->resize(old);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+      if (n < 0) *error = strerror(errno);
+      return -2;
+    }
+    buf->resize(old + static_cast<size_t>(n));
+  }
+}
+
+void closeFd(Reactor* reactor, int* fd) {
+  if (*fd < 0) return;
+  reactor->unwatch(*fd);
+  close(*fd);
+  *fd = -1;
+}
+
+std::string peerOf(int fd) {
+  sockaddr_in sa{};
+  socklen_t len = sizeof(sa);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "?";
+  return formatIpv4(ntohl(sa.sin_addr.s_addr)) + ":" + std::to_string(ntohs(sa.sin_port));
+}
+
+}  // namespace
+
+// --- listener side -------------------------------------------------------------------------
+
+namespace {
+
+// A refused or broken handshake attempt: logged at most once a second per listener, so a
+// port scanner cannot flood NCCL's log.
+void logRefusal(Listener* l, const std::string& peer, const std::string& why) {
+  Clock::time_point now = Clock::now();
+  if (now - l->lastRefusalLog < std::chrono::seconds(1)) {
+    ++l->refusalsSinceLog;
+    return;
+  }
+  MESH_WARN("handshake from %s on port %u refused: %s%s", peer.c_str(), l->port, why.c_str(),
+            l->refusalsSinceLog > 0
+                ? (" (" + std::to_string(l->refusalsSinceLog) + " more refusals not shown)").c_str()
+                : "");
+  l->refusalsSinceLog = 0;
+  l->lastRefusalLog = now;
+}
+
+void dropPending(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccept>& pa) {
+  closeFd(hs->reactor(), &pa->fd);
+  pa->conn.reset();
+  if (l->inflight == pa) l->inflight.reset();
+  for (size_t i = 0; i < l->pending.size(); ++i) {
+    if (l->pending[i] == pa) {
+      l->pending.erase(l->pending.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+}
+
+void refuse(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccept>& pa,
+            const std::string& why) {
+  logRefusal(l, pa->peer, why);
+  HsMessage reject;
+  reject.type = HsType::Reject;
+  reject.token = l->token;
+  reject.reason = why.substr(0, kHsMaxReason);
+  std::string ignored;
+  sendMessage(pa->fd, reject, &ignored);
+  dropPending(hs, l, pa);
+}
+
+void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l);
+
+void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
+             const std::shared_ptr<PendingAccept>& pa, const HsMessage& msg) {
+  if (msg.type != HsType::Hello) return refuse(hs, l.get(), pa, "expected HELLO");
+  if (msg.token != l->token) return refuse(hs, l.get(), pa, "wrong token (stale or forged handle)");
+  RouteResult route = acceptRoutes(l->nics, msg.links);
+  if (!route.ok()) return refuse(hs, l.get(), pa, route.error);
+  pa->routes = std::move(route.routes);
+  pa->hello = msg;
+  pa->stage = PendingAccept::Stage::Parked;
+  maybeProcess(hs, l);
+}
+
+void onReady(Handshaker* hs, const std::shared_ptr<Listener>& l,
+             const std::shared_ptr<PendingAccept>& pa) {
+  hs->adoptControl(&pa->fd, pa->conn.get(), pa->peer);
+  {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->ready.push_back(std::move(pa->conn));
+  }
+  l->acceptWanted.store(false, std::memory_order_release);
+  dropPending(hs, l.get(), pa);
+}
+
+void onPendingEvent(Handshaker* hs, const std::shared_ptr<Listener>& l,
+                    const std::shared_ptr<PendingAccept>& pa) {
+  HsMessage msg;
+  std::string error;
+  int rc = readMessage(pa->fd, &pa->inbuf, &msg, &error);
+  if (rc == 0) return;
+  if (rc == -2) {
+    if (pa->stage != PendingAccept::Stage::Hello) logRefusal(l.get(), pa->peer, "peer closed the connection mid-handshake");
+    return dropPending(hs, l.get(), pa);
+  }
+  if (rc == -1) return refuse(hs, l.get(), pa, error);
+  switch (pa->stage) {
+    case PendingAccept::Stage::Hello: return onHello(hs, l, pa, msg);
+    case PendingAccept::Stage::WaitReady:
+      if (msg.type == HsType::Ready && msg.token == l->token) return onReady(hs, l, pa);
+      return refuse(hs, l.get(), pa, "expected READY");
+    case PendingAccept::Stage::Parked: return refuse(hs, l.get(), pa, "unexpected message before ACCEPT");
+  }
+}
+
+// Answers the oldest parked HELLO once NCCL has asked for a connection (accept), so a
+// connect completes only when the peer really accepts — as with NCCL's own transports.
+void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
+  while (!l->closed && l->inflight == nullptr && l->acceptWanted.load(std::memory_order_acquire)) {
+    std::shared_ptr<PendingAccept> next;
+    for (const auto& pa : l->pending) {
+      if (pa->stage == PendingAccept::Stage::Parked) {
+        next = pa;
+        break;
+      }
+    }
+    if (next == nullptr) return;
+    HsMessage accept;
+    ncclResult_t r = hs->transport()->prepare(false, next->routes, ConnOptions(), &next->conn, &accept);
+    if (r == ncclSuccess) r = hs->transport()->activate(next->conn.get(), next->hello);
+    if (r != ncclSuccess) {
+      refuse(hs, l.get(), next, "could not set up the RDMA side of the connection (see the peer's log)");
+      continue;
+    }
+    accept.type = HsType::Accept;
+    accept.token = l->token;
+    std::string error;
+    if (!sendMessage(next->fd, accept, &error)) {
+      logRefusal(l.get(), next->peer, "sending ACCEPT failed: " + error);
+      dropPending(hs, l.get(), next);
+      continue;
+    }
+    next->stage = PendingAccept::Stage::WaitReady;
+    next->deadline = Clock::now() + std::chrono::milliseconds(hs->settings().timeoutMs);
+    l->inflight = next;
+  }
+}
+
+// Only sockets that have not yet presented the token are bounded: a scanner or a flood of
+// half-open connections cannot grow memory, and evicting its oldest socket (rather than
+// refusing the newcomer) keeps a real connect, which sends its HELLO at once, from being
+// locked out. Authenticated connects wait for accept() without limit, as NCCL expects.
+void evictIfFull(Handshaker* hs, const std::shared_ptr<Listener>& l) {
+  auto unauthenticated = [&] {
+    std::vector<std::shared_ptr<PendingAccept>> out;  // in arrival order
+    for (const auto& pa : l->pending) {
+      if (pa->stage == PendingAccept::Stage::Hello) out.push_back(pa);
+    }
+    return out;
+  };
+  auto waiting = unauthenticated();
+  if (waiting.size() < hs->settings().maxPending) return;
+  // A HELLO may already sit unread in a socket buffer: read before judging anyone.
+  for (const auto& pa : waiting) onPendingEvent(hs, l, pa);
+  waiting = unauthenticated();
+  if (waiting.size() < hs->settings().maxPending) return;
+  logRefusal(l.get(), waiting.front()->peer, "too many unauthenticated connections; dropping the oldest");
+  dropPending(hs, l.get(), waiting.front());
+}
+
+void onListenReadable(Handshaker* hs, const std::shared_ptr<Listener>& l, int lfd) {
+  for (;;) {
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient error: the next event retries
+    evictIfFull(hs, l);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto pa = std::make_shared<PendingAccept>();
+    pa->fd = fd;
+    pa->peer = peerOf(fd);
+    pa->deadline = Clock::now() + std::chrono::milliseconds(hs->settings().timeoutMs);
+    l->pending.push_back(pa);
+    std::weak_ptr<PendingAccept> weak = pa;
+    hs->reactor()->watch(fd, EPOLLIN | EPOLLRDHUP, [hs, l, weak](uint32_t) {
+      if (auto p = weak.lock()) onPendingEvent(hs, l, p);
+    });
+  }
+}
+
+// Drops handshakes past their deadline (half-open sockets, connectors that went silent).
+bool expirePending(Handshaker* hs, const std::shared_ptr<Listener>& l, Clock::time_point now) {
+  if (l->closed) return false;
+  std::vector<std::shared_ptr<PendingAccept>> expired;
+  for (const auto& pa : l->pending) {
+    if (now > pa->deadline) expired.push_back(pa);
+  }
+  for (const auto& pa : expired) {
+    logRefusal(l.get(), pa->peer, "handshake timed out");
+    dropPending(hs, l.get(), pa);
+  }
+  maybeProcess(hs, l);
+  return true;
+}
+
+// Binds one socket per address (or one wildcard socket) on a common port.
+bool bindListeners(const HandshakeSettings& s, const std::vector<uint32_t>& addrs, uint16_t port,
+                   std::vector<int>* fds, uint16_t* boundPort, std::string* why) {
+  std::vector<uint32_t> targets = s.listenAny ? std::vector<uint32_t>{INADDR_ANY} : addrs;
+  for (uint32_t addr : targets) {
+    int fd = newTcpSocket();
+    if (fd < 0) {
+      *why = std::string("socket: ") + strerror(errno);
+      return false;
+    }
+    fds->push_back(fd);
+    sockaddr_in sa = ipv4SockAddr(addr, port);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 128) != 0) {
+      *why = "bind/listen on " + formatIpv4(addr) + ":" + std::to_string(port) + ": " + strerror(errno);
+      return false;
+    }
+    socklen_t len = sizeof(sa);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    port = ntohs(sa.sin_port);
+  }
+  *boundPort = port;
+  return true;
+}
+
+}  // namespace
+
+// --- connector side ------------------------------------------------------------------------
+
+namespace {
+
+void finishConnect(Handshaker* hs, Connector* c, const std::string& error, ncclResult_t code) {
+  if (c->state.load(std::memory_order_relaxed) != Connector::kPending) return;
+  if (!error.empty()) {
+    closeFd(hs->reactor(), &c->fd);
+    c->conn.reset();
+    c->error = error;
+    c->errorCode = code;
+    c->state.store(Connector::kFailed, std::memory_order_release);
+    return;
+  }
+  hs->adoptControl(&c->fd, c->conn.get(), c->peer);
+  c->result = std::move(c->conn);
+  c->state.store(Connector::kReady, std::memory_order_release);
+}
+
+void onConnectWritable(Handshaker* hs, Connector* c) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) {
+    return finishConnect(hs, c, "cannot reach " + c->peer + ": " + strerror(err) +
+                                    (err == ECONNREFUSED ? " (no listener: closed listen comm or stale handle?)" : ""),
+                         ncclRemoteError);
+  }
+  HsMessage hello;
+  ncclResult_t r = hs->transport()->prepare(true, c->routes, c->opts, &c->conn, &hello);
+  if (r != ncclSuccess) return finishConnect(hs, c, "could not create the RDMA resources", r);
+  hello.type = HsType::Hello;
+  hello.token = c->handle.token;
+  std::string error;
+  if (!sendMessage(c->fd, hello, &error)) return finishConnect(hs, c, "sending HELLO: " + error, ncclSystemError);
+  c->step = Connector::Step::WaitAccept;
+  hs->reactor()->modify(c->fd, EPOLLIN | EPOLLRDHUP);
+}
+
+void onConnectReadable(Handshaker* hs, Connector* c) {
+  HsMessage msg;
+  std::string error;
+  int rc = readMessage(c->fd, &c->inbuf, &msg, &error);
+  if (rc == 0) return;
+  if (rc == -2) {
+    return finishConnect(hs, c, c->peer + " closed the connection while we waited for " + stepName(c->step) +
+                                    " (did the peer process exit?)", ncclRemoteError);
+  }
+  if (rc == -1) return finishConnect(hs, c, "bad message from " + c->peer + ": " + error, ncclRemoteError);
+  if (msg.type == HsType::Reject) return finishConnect(hs, c, c->peer + " refused the connection: " + msg.reason, ncclRemoteError);
+  if (msg.type != HsType::Accept || msg.token != c->handle.token || msg.links.size() != c->routes.size()) {
+    return finishConnect(hs, c, "unexpected reply from " + c->peer, ncclRemoteError);
+  }
+  ncclResult_t r = hs->transport()->activate(c->conn.get(), msg);
+  if (r != ncclSuccess) return finishConnect(hs, c, "bringing the QPs to RTS failed", r);
+  HsMessage ready;
+  ready.type = HsType::Ready;
+  ready.token = c->handle.token;
+  if (!sendMessage(c->fd, ready, &error)) return finishConnect(hs, c, "sending READY: " + error, ncclRemoteError);
+  finishConnect(hs, c, "", ncclSuccess);
+}
+
+void beginConnect(Handshaker* hs, const std::shared_ptr<Connector>& c) {
+  const Route& first = c->routes.front();
+  c->fd = newTcpSocket();
+  if (c->fd < 0) return finishConnect(hs, c.get(), std::string("socket: ") + strerror(errno), ncclSystemError);
+  // The source address pins the handshake to the cable the data will use.
+  sockaddr_in local = ipv4SockAddr(first.local.addr, 0);
+  sockaddr_in remote = ipv4SockAddr(first.peerAddr, c->handle.port);
+  if (bind(c->fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      (connect(c->fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0 && errno != EINPROGRESS)) {
+    return finishConnect(hs, c.get(), "connect from " + formatIpv4(first.local.addr) + " to " + c->peer + ": " + strerror(errno),
+                         ncclRemoteError);
+  }
+  std::weak_ptr<Connector> weak = c;
+  hs->reactor()->watch(c->fd, EPOLLOUT | EPOLLIN | EPOLLRDHUP, [hs, weak](uint32_t events) {
+    auto conn = weak.lock();
+    if (conn == nullptr || conn->state.load() != Connector::kPending) return;
+    if (conn->step == Connector::Step::Connect && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) {
+      return onConnectWritable(hs, conn.get());
+    }
+    if (conn->step == Connector::Step::WaitAccept) onConnectReadable(hs, conn.get());
+  });
+  hs->reactor()->addTimer(std::chrono::milliseconds(50), [hs, weak](Clock::time_point now) {
+    auto conn = weak.lock();
+    if (conn == nullptr || conn->state.load() != Connector::kPending) return false;
+    if (now < conn->deadline) return true;
+    finishConnect(hs, conn.get(), "timed out after " + std::to_string(hs->settings().timeoutMs) +
+                                      " ms waiting for " + stepName(conn->step) + " from " + conn->peer,
+                  ncclRemoteError);
+    return false;
+  });
+}
+
+}  // namespace
+
+// --- public API ----------------------------------------------------------------------------
+
+Handshaker::Handshaker(Reactor* reactor, Transport* transport, HandshakeSettings settings)
+    : reactor_(reactor), transport_(transport), settings_(settings) {}
+
+Handshaker::~Handshaker() = default;
+
+ncclResult_t Handshaker::listen(std::shared_ptr<Listener>* out, Handle* handle) {
+  auto l = std::make_shared<Listener>();
+  l->nics = transport_->localNics();
+  std::vector<uint32_t> addrs;
+  handle->addrs.clear();
+  for (const LocalNic& nic : l->nics) {
+    for (const LocalAddress& a : nic.addrs) {
+      addrs.push_back(a.ip.addr);
+      handle->addrs.push_back(HandleAddress{a.ip.addr, a.ip.prefixLen, static_cast<uint8_t>(nic.index)});
+    }
+  }
+  MESH_REQUIRE(!addrs.empty(), ncclInternalError, "listen: this node has no mesh address");
+  std::string why;
+  bool bound = false;
+  int span = settings_.portMin > 0 ? settings_.portMax - settings_.portMin + 1 : 0;
+  for (int attempt = 0; attempt < 16 && !bound; ++attempt) {
+    for (int fd : l->fds) close(fd);
+    l->fds.clear();
+    uint16_t port = span > 0 ? static_cast<uint16_t>(settings_.portMin + (randomToken() % span)) : 0;
+    bound = bindListeners(settings_, addrs, port, &l->fds, &l->port, &why);
+  }
+  if (!bound) {
+    for (int fd : l->fds) close(fd);
+    MESH_WARN("listen failed: %s (NCCL_MESH_PORT_RANGE / NCCL_MESH_LISTEN_ADDR)", why.c_str());
+    return ncclSystemError;
+  }
+  l->token = randomToken();
+  handle->token = l->token;
+  handle->port = l->port;
+  bool posted = reactor_->post([this, l] {
+    for (int fd : l->fds) {
+      reactor_->watch(fd, EPOLLIN, [this, l, fd](uint32_t) { onListenReadable(this, l, fd); });
+    }
+    reactor_->addTimer(std::chrono::milliseconds(100),
+                       [this, l](Clock::time_point now) { return expirePending(this, l, now); });
+  });
+  if (!posted) {
+    for (int fd : l->fds) close(fd);
+    MESH_WARN("listen: the handshake reactor is not running (plugin shut down?)");
+    return ncclInternalError;
+  }
+  *out = std::move(l);
+  return ncclSuccess;
+}
+
+ncclResult_t Handshaker::pollAccept(const std::shared_ptr<Listener>& l,
+                                    std::unique_ptr<PreparedConn>* conn) {
+  {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    if (!l->ready.empty()) {
+      *conn = std::move(l->ready.front());
+      l->ready.pop_front();
+      return ncclSuccess;
+    }
+  }
+  conn->reset();
+  if (!l->acceptWanted.exchange(true, std::memory_order_acq_rel)) {
+    reactor_->post([this, l] { maybeProcess(this, l); });
+  }
+  return ncclSuccess;
+}
+
+void Handshaker::closeListener(std::shared_ptr<Listener> l) {
+  auto teardown = [this, l] {
+    l->closed = true;
+    for (int& fd : l->fds) closeFd(reactor_, &fd);
+    auto pending = l->pending;
+    for (const auto& pa : pending) dropPending(this, l.get(), pa);
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->ready.clear();  // established but never accepted: their destructors release everything
+  };
+  if (!reactor_->post(teardown)) teardown();
+}
+
+ncclResult_t Handshaker::startConnect(const Handle& handle, const std::vector<Route>& routes,
+                                      const ConnOptions& opts, std::shared_ptr<Connector>* out) {
+  MESH_REQUIRE(!routes.empty(), ncclInternalError, "connect: no route");
+  auto c = std::make_shared<Connector>();
+  c->handle = handle;
+  c->routes = routes;
+  c->opts = opts;
+  c->peer = formatIpv4(routes.front().peerAddr) + ":" + std::to_string(handle.port);
+  c->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
+  if (!reactor_->post([this, c] { beginConnect(this, c); })) {
+    MESH_WARN("connect: the handshake reactor is not running (plugin shut down?)");
+    return ncclInternalError;
+  }
+  *out = std::move(c);
+  return ncclSuccess;
+}
+
+ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>* conn) {
+  conn->reset();
+  switch (c->state.load(std::memory_order_acquire)) {
+    case Connector::kReady:
+      *conn = std::move(c->result);
+      return ncclSuccess;
+    case Connector::kFailed:
+      MESH_WARN("connect to %s failed: %s", c->peer.c_str(), c->error.c_str());
+      return c->errorCode;
+    default:
+      return ncclSuccess;
+  }
+}
+
+void Handshaker::discardConnect(std::shared_ptr<Connector> c) {
+  auto discard = [this, c] {
+    finishConnect(this, c.get(), "abandoned", ncclInternalError);  // a pending one: socket, comm
+    if (c->result != nullptr) {
+      closeControl(c->result->control);
+      c->result.reset();
+    }
+  };
+  if (!reactor_->post(discard)) discard();
+}
+
+namespace {
+// A peer that vanishes without closing its socket (host down, link down, cable pulled) sends
+// no FIN: TCP keepalive turns its silence into ETIMEDOUT after about `timeoutMs`. Probing
+// starts after half of it, then four probes share the rest; TCP_USER_TIMEOUT bounds the
+// whole wait (and any unacknowledged data). 0 disables it; the floor is 1 s. Best effort:
+// a failure is logged.
+void armKeepalive(int fd, int timeoutMs, const std::string& peer) {
+  if (timeoutMs <= 0) return;
+  timeoutMs = std::max(timeoutMs, 1000);  // keepalive counts whole seconds
+  int on = 1;
+  int idle = std::max(1, timeoutMs / 2000);
+  int count = 4;
+  int interval = std::max(1, timeoutMs / 2000 / count);
+  unsigned user = static_cast<unsigned>(timeoutMs);
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user)) != 0) {
+    MESH_WARN("cannot enable keepalive on the connection to %s: %s; a silently vanished peer "
+              "is then only detected through its QPs", peer.c_str(), strerror(errno));
+  }
+}
+}  // namespace
+
+void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& peer) {
+  reactor_->unwatch(*fd);  // the handshake's handler lets go of the socket
+  auto control = std::make_shared<ControlLink>();
+  control->fd = *fd;
+  *fd = -1;
+  conn->control = control;
+  conn->peer = peer;
+  armKeepalive(control->fd, settings_.peerTimeoutMs, peer);
+  std::weak_ptr<ControlLink> weak = control;
+  control->lastHeard = Clock::now();
+  if (settings_.peerTimeoutMs > 0) {
+    // The heartbeat: one byte every timeout / 4 from this end; silence from the other end for
+    // the timeout fails the link as keepalive would (ETIMEDOUT). A stopped or hung process
+    // still has its kernel answering keepalive, so keepalive alone never notices it; a
+    // relay stopped that way would leave both ends of a relayed connection waiting forever.
+    auto timeout = std::chrono::milliseconds(std::max(settings_.peerTimeoutMs, 1000));
+    reactor_->addTimer(timeout / 4, [this, weak, peer, timeout](Clock::time_point now) {
+      auto link = weak.lock();
+      if (link == nullptr || link->fd < 0) return false;
+      char beat = 0;
+      (void)!send(link->fd, &beat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // a full buffer: the peer is silent anyway
+      if (now - link->lastHeard < timeout) return true;
+      MESH_WARN("control connection to %s: nothing heard for %lld ms (NCCL_MESH_PEER_TIMEOUT_MS): the peer "
+                "process is stopped or hung, or its host unreachable",
+                peer.c_str(), static_cast<long long>(timeout.count()));
+      closeFd(reactor_, &link->fd);
+      link->error.store(ETIMEDOUT, std::memory_order_relaxed);
+      link->closed.store(true, std::memory_order_release);
+      return false;
+    });
+  }
+  reactor_->watch(control->fd, EPOLLIN | EPOLLRDHUP, [this, weak, peer](uint32_t) {
+    auto link = weak.lock();
+    if (link == nullptr || link->fd < 0) return;
+    char buf[64];
+    ssize_t n = recv(link->fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      link->lastHeard = Clock::now();  // heartbeats; their content means nothing
+      return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    int err = n < 0 ? errno : 0;
+    if (err == 0) {
+      MESH_INFO(NCCL_NET, "peer %s closed its control connection", peer.c_str());
+    } else {
+      MESH_WARN("control connection to %s failed: %s%s", peer.c_str(), strerror(err),
+                err == ETIMEDOUT ? " (no keepalive reply within NCCL_MESH_PEER_TIMEOUT_MS)" : "");
+    }
+    closeFd(reactor_, &link->fd);
+    link->error.store(err, std::memory_order_relaxed);
+    link->closed.store(true, std::memory_order_release);
+  });
+}
+
+void Handshaker::closeControl(const std::shared_ptr<ControlLink>& control) {
+  if (control == nullptr) return;
+  auto doClose = [this, control] { closeFd(reactor_, &control->fd); };
+  if (!reactor_->post(doClose) && control->fd >= 0) {
+    close(control->fd);
+    control->fd = -1;
+  }
+}
+
+}  // namespace mesh

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "mesh/connect/reactor.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "mesh/platform/check.h"
+#include "mesh/platform/log.h"
+#include "mesh/platform/static_state.h"
+
+namespace mesh {
+
+Reactor::~Reactor() { stop(); }
+
+ncclResult_t Reactor::start() {
+  if (running()) return ncclSuccess;
+  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+  MESH_SYSCHECK(epollFd_, "epoll_create1 (handshake reactor)");
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) {
+    int e = errno;
+    close(epollFd_);
+    epollFd_ = -1;
+    MESH_WARN("eventfd (handshake reactor) failed: %s", strerror(e));
+    return ncclSystemError;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wakeFd_;
+  if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &ev) != 0) {
+    int e = errno;
+    close(wakeFd_);
+    close(epollFd_);
+    wakeFd_ = epollFd_ = -1;
+    MESH_WARN("epoll_ctl (handshake reactor wake-up) failed: %s", strerror(e));
+    return ncclSystemError;
+  }
+  stopping_.store(false);
+  running_.store(true, std::memory_order_release);
+  try {
+    thread_ = std::thread([this] { run(); });
+    // Named before start() returns, so that `top -H`, gdb and the ABI tests can tell it
+    // from the host's threads as soon as init has returned. A failure only loses the name.
+    pthread_setname_np(thread_.native_handle(), kThreadName);
+  } catch (const std::exception& e) {
+    running_.store(false);
+    close(wakeFd_);
+    close(epollFd_);
+    wakeFd_ = epollFd_ = -1;
+    MESH_WARN("cannot start the handshake reactor thread: %s", e.what());
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+void Reactor::stop() {
+  if (!thread_.joinable()) return;
+  {
+    // Under the lock: a post() either queued its task before this point or is refused.
+    std::lock_guard<std::mutex> lock(tasksMutex_);
+    stopping_.store(true, std::memory_order_release);
+  }
+  uint64_t one = 1;
+  if (write(wakeFd_, &one, sizeof(one)) < 0) { /* the loop also polls stopping_ */ }
+  thread_.join();
+  running_.store(false, std::memory_order_release);
+  // Every accepted task runs exactly once: those the loop did not reach run here, on the
+  // stopping thread (the reactor thread is gone). They are mostly closes and teardowns,
+  // posted just before an unload; dropping them leaked their sockets.
+  std::vector<Task> rest;
+  {
+    std::lock_guard<std::mutex> lock(tasksMutex_);
+    rest.swap(tasks_);
+  }
+  for (Task& t : rest) t();  // post() refuses now, so tasks_ stays empty and unallocated
+  // The plugin's reactor lives in static storage that disappears with the library.
+  releaseStatic(handlers_);
+  releaseStatic(timers_);
+  close(wakeFd_);
+  close(epollFd_);
+  wakeFd_ = epollFd_ = -1;
+}
+
+bool Reactor::post(Task fn) {
+  {
+    std::lock_guard<std::mutex> lock(tasksMutex_);
+    if (!running() || stopping_.load(std::memory_order_acquire)) return false;
+    tasks_.push_back(std::move(fn));
+  }
+  uint64_t one = 1;
+  if (write(wakeFd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    MESH_WARN("reactor wake-up failed: %s", strerror(errno));
+  }
+  return true;
+}
+
+ncclResult_t Reactor::watch(int fd, uint32_t events, Handler handler) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  MESH_SYSCHECK(epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &ev), "epoll_ctl(ADD)");
+  handlers_[fd] = std::move(handler);
+  return ncclSuccess;
+}
+
+ncclResult_t Reactor::modify(int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  MESH_SYSCHECK(epoll_ctl(epollFd_, EPOLL_CTL_MOD, fd, &ev), "epoll_ctl(MOD)");
+  return ncclSuccess;
+}
+
+void Reactor::unwatch(int fd) {
+  epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);
+  handlers_.erase(fd);
+}
+
+void Reactor::addTimer(Clock::duration period, std::function<bool(Clock::time_point)> fn) {
+  timers_.push_back(Timer{Clock::now() + period, period, std::move(fn)});
+}
+
+void Reactor::drainTasks() {
+  uint64_t count;
+  while (read(wakeFd_, &count, sizeof(count)) > 0) {
+  }
+  std::vector<Task> tasks;
+  {
+    std::lock_guard<std::mutex> lock(tasksMutex_);
+    tasks.swap(tasks_);
+  }
+  for (Task& t : tasks) t();
+}
+
+void Reactor::fireTimers() {
+  Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < timers_.size();) {
+    Timer& t = timers_[i];
+    if (t.due > now) {
+      ++i;
+      continue;
+    }
+    t.due = now + t.period;
+    if (t.fn(now)) {
+      ++i;
+    } else {
+      timers_.erase(timers_.begin() + static_cast<long>(i));
+    }
+  }
+}
+
+int Reactor::nextTimeoutMs() const {
+  if (timers_.empty()) return 1000;
+  Clock::time_point now = Clock::now();
+  Clock::time_point due = timers_.front().due;
+  for (const Timer& t : timers_) due = std::min(due, t.due);
+  if (due <= now) return 0;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(due - now).count() + 1;
+  return static_cast<int>(std::min<long long>(ms, 1000));
+}
+
+void Reactor::run() {
+  threadId_.store(std::this_thread::get_id());
+  epoll_event events[64];
+  while (!stopping_.load(std::memory_order_acquire)) {
+    int n = epoll_wait(epollFd_, events, 64, nextTimeoutMs());
+    if (n < 0 && errno != EINTR) {
+      MESH_WARN("epoll_wait failed: %s; handshake reactor stops", strerror(errno));
+      stopping_.store(true, std::memory_order_release);  // post() refuses from now on
+      break;
+    }
+    for (int i = 0; i < n && !stopping_.load(std::memory_order_acquire); ++i) {
+      int fd = events[i].data.fd;
+      if (fd == wakeFd_) continue;
+      auto it = handlers_.find(fd);
+      if (it != handlers_.end()) {
+        Handler h = it->second;  // the handler may unwatch itself
+        h(events[i].events);
+      }
+    }
+    drainTasks();
+    fireTimers();
+  }
+  threadId_.store(std::thread::id());
+}
+
+}  // namespace mesh

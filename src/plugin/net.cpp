@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "mesh/plugin/net.h"
+
+#include <algorithm>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "mesh/connect/handshake.h"
+#include "mesh/platform/check.h"
+#include "mesh/platform/log.h"
+#include "mesh/platform/static_state.h"
+#include "mesh/plugin/plugin.h"
+#include "mesh/relay/relay_service.h"
+#include "mesh/routing/subnet_routing.h"
+#include "mesh/wire/handle_codec.h"
+
+namespace mesh {
+
+struct ListenComm {
+  int dev = 0;
+  std::shared_ptr<Listener> listener;
+};
+
+// --- NetTables ------------------------------------------------------------------------------
+
+void NetTables::remember(const void* comm, Kind kind, const std::vector<int>& ports) {
+  if (comm == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_[comm] = Live{kind, ports};
+}
+
+ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(comm);
+  MESH_REQUIRE(it != live_.end(), ncclInvalidUsage, "%s: %p is not an open comm (closed twice?)", what, comm);
+  MESH_REQUIRE(it->second.kind == kind, ncclInvalidUsage, "%s: %p is a different kind of comm", what, comm);
+  live_.erase(it);
+  return ncclSuccess;
+}
+
+int NetTables::sendsOnPort(int port) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int n = 0;
+  for (const auto& kv : live_) n += static_cast<int>(std::count(kv.second.ports.begin(), kv.second.ports.end(), port));
+  return n;
+}
+
+NetTables::PendingConnect NetTables::pendingConnect(const void* handle, uint64_t token) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pending_.find(handle);
+  return it != pending_.end() && it->second.token == token ? it->second : PendingConnect();
+}
+
+NetTables::PendingConnect NetTables::addPendingConnect(const void* handle, PendingConnect connect) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PendingConnect& slot = pending_[handle];
+  PendingConnect replaced = std::move(slot);
+  slot = std::move(connect);
+  return replaced;
+}
+
+void NetTables::endPendingConnect(const void* handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.erase(handle);
+}
+
+namespace {
+ncclResult_t closeComm(Comm* comm);
+}  // namespace
+
+void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
+  std::unordered_map<const void*, Live> live;
+  std::vector<PendingConnect> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live.swap(live_);
+    for (auto& kv : pending_) pending.push_back(std::move(kv.second));
+    releaseStatic(pending_);  // this lives in static storage
+  }
+  for (PendingConnect& p : pending) {
+    if (p.connector != nullptr) plugin->handshakerFor(p.dev)->discardConnect(p.connector);
+    p.relay.reset();  // its own leg connect is discarded with it
+  }
+  for (auto& kv : live) {
+    void* comm = const_cast<void*>(kv.first);
+    if (kv.second.kind == Kind::Listen) {
+      auto* lc = static_cast<ListenComm*>(comm);
+      plugin->handshakerFor(lc->dev)->closeListener(lc->listener);
+      delete lc;
+    } else if (kv.second.kind == Kind::Send) {
+      closeComm(static_cast<SendComm*>(comm));  // NCCL holds the SendComm*/RecvComm* as void*
+    } else {
+      closeComm(static_cast<RecvComm*>(comm));
+    }
+  }
+  *connects = pending.size();
+  *comms = live.size();
+}
+
+namespace {
+
+// The connection machinery of NCCL device `dev`, once the node has a mesh device and `dev`
+// is one of them.
+ncclResult_t handshakerFor(int dev, Handshaker** out) {
+  MESH_REQUIRE(Plugin::instance().handshaker() != nullptr, ncclInvalidUsage,
+               "no mesh device (init found no usable RDMA port)");
+  const NetDevice* d = nullptr;
+  MESH_CHECK(Plugin::instance().device(dev, &d));
+  *out = Plugin::instance().handshakerFor(dev);
+  return ncclSuccess;
+}
+
+// A direct connect over the cables to the peer; with none and NCCL_MESH_RELAY=auto, a
+// relayed one through the neighbours the route table names (mesh/relay/relay_service.h).
+ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const ConnOptions& opts,
+                          NetTables::PendingConnect* out) {
+  Plugin& plugin = Plugin::instance();
+  std::vector<LocalNic> nics = plugin.transport(dev)->localNics();
+  RouteResult route = connectRoutes(nics, handle.addrs, kMaxLinks);
+  if (route.ok()) return hs->startConnect(handle, route.routes, opts, &out->connector);
+  if (plugin.config().relay != RelayMode::Auto) {
+    MESH_WARN("connect: %s (NCCL_MESH_RELAY=off: pairs without a cable are not relayed)", route.error.c_str());
+    return ncclSystemError;
+  }
+  auto lookup = [nics, addrs = handle.addrs] { return Plugin::instance().relayCandidates(addrs, nics, {}); };
+  out->relay = std::make_shared<RelayConnector>(hs, nics, handle, lookup, opts, plugin.relayConnectSettings());
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t netListen(int dev, void* handle, ListenComm** out) {
+  Handshaker* hs = nullptr;
+  MESH_CHECK(handshakerFor(dev, &hs));
+  auto lc = std::make_unique<ListenComm>();
+  lc->dev = dev;
+  Handle h;
+  MESH_CHECK(hs->listen(&lc->listener, &h));
+  std::string error;
+  uint8_t bytes[kHandleSize] = {};
+  if (!encodeHandle(h, bytes, &error)) {
+    MESH_WARN("listen: %s", error.c_str());
+    hs->closeListener(lc->listener);
+    return ncclInternalError;
+  }
+  memcpy(handle, bytes, kHandleSize);
+  *out = lc.release();
+  Plugin::instance().tables().remember(*out, NetTables::Kind::Listen);
+  return ncclSuccess;
+}
+
+ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm** out) {
+  *out = nullptr;
+  Handshaker* hs = nullptr;
+  MESH_CHECK(handshakerFor(dev, &hs));
+  Handle h;
+  std::string error;
+  if (!decodeHandle(static_cast<const uint8_t*>(handle), kHandleSize, &h, &error)) {
+    MESH_WARN("connect: malformed handle: %s", error.c_str());
+    return ncclInvalidArgument;
+  }
+  NetTables& tables = Plugin::instance().tables();
+  NetTables::PendingConnect pending = tables.pendingConnect(handle, h.token);
+  if (pending.connector == nullptr && pending.relay == nullptr) {
+    pending.token = h.token;
+    pending.dev = dev;
+    MESH_CHECK(startConnect(hs, dev, h, opts, &pending));
+    NetTables::PendingConnect replaced = tables.addPendingConnect(handle, pending);
+    if (replaced.connector != nullptr) Plugin::instance().handshakerFor(replaced.dev)->discardConnect(replaced.connector);
+  }
+  std::unique_ptr<PreparedConn> conn;
+  ncclResult_t r = pending.relay != nullptr ? pending.relay->poll(&conn) : hs->pollConnect(pending.connector.get(), &conn);
+  if (r != ncclSuccess || conn != nullptr) tables.endPendingConnect(handle);
+  MESH_CHECK(r);
+  *out = static_cast<SendComm*>(conn.release());
+  if (*out != nullptr) tables.remember(*out, NetTables::Kind::Send, (*out)->localPorts());
+  return ncclSuccess;
+}
+
+ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
+  *out = nullptr;
+  std::unique_ptr<PreparedConn> conn;
+  MESH_CHECK(Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn));
+  *out = static_cast<RecvComm*>(conn.release());
+  Plugin::instance().tables().remember(*out, NetTables::Kind::Recv);
+  return ncclSuccess;
+}
+
+ncclResult_t netRegMr(void*, void* data, size_t size, int type, int dmabufFd, uint64_t offset,
+                      MrHandle** out) {
+  MrRegistry* reg = Plugin::instance().registry();
+  MESH_REQUIRE(reg != nullptr, ncclInvalidUsage, "regMr: no mesh device");
+  MemKind kind = dmabufFd >= 0 ? MemKind::Dmabuf : (type == kPtrCuda ? MemKind::Cuda : MemKind::Host);
+  MESH_REQUIRE(type == kPtrHost || type == kPtrCuda, ncclInvalidArgument, "regMr: unknown pointer type %d", type);
+  return reg->reg(data, size, kind, dmabufFd, offset, out);
+}
+
+ncclResult_t netDeregMr(MrHandle* handle) {
+  MrRegistry* reg = Plugin::instance().registry();
+  MESH_REQUIRE(reg != nullptr, ncclInvalidUsage, "deregMr: no mesh device");
+  return reg->dereg(handle);
+}
+
+ncclResult_t netIsend(SendComm* comm, void* data, size_t size, int tag, MrHandle* mh, Request** out) {
+  return comm->isend(data, size, tag, mh, out);
+}
+
+ncclResult_t netIrecv(RecvComm* comm, int n, void** data, const size_t* sizes, const int* tags,
+                      MrHandle* const* mh, Request** out) {
+  return comm->irecv(n, data, sizes, tags, mh, out);
+}
+
+ncclResult_t netIflush(RecvComm* comm, int n, void** data, const int* sizes, MrHandle* const* mh,
+                       Request** out) {
+  return comm->iflush(n, data, sizes, mh, out);
+}
+
+ncclResult_t netTest(Request* req, int* done, size_t* sizes, int* count) {
+  MESH_REQUIRE(req->comm != nullptr && req->kind != Request::Kind::Free, ncclInvalidUsage,
+               "test: request is not in flight (already completed?)");
+  *count = req->n;
+  return req->comm->test(req, done, sizes);
+}
+
+namespace {
+ncclResult_t closeComm(Comm* comm) {
+  comm->close();
+  if (Handshaker* hs = Plugin::instance().handshaker()) hs->closeControl(comm->control);
+  delete comm;
+  return ncclSuccess;
+}
+}  // namespace
+
+ncclResult_t netCloseSend(SendComm* comm) {
+  MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Send, "closeSend"));
+  return closeComm(comm);
+}
+
+ncclResult_t netCloseRecv(RecvComm* comm) {
+  MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Recv, "closeRecv"));
+  return closeComm(comm);
+}
+
+ncclResult_t netCloseListen(ListenComm* comm) {
+  MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Listen, "closeListen"));
+  Plugin::instance().handshakerFor(comm->dev)->closeListener(comm->listener);
+  delete comm;
+  return ncclSuccess;
+}
+
+}  // namespace mesh
