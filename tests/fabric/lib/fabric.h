@@ -13,8 +13,9 @@
 // DMA engine; see the TSan suppressions in tests/fabric/tsan.supp).
 //
 // Layering: exports.cpp (the C ABI) -> device.cpp, memory.cpp, cq.cpp, qp.cpp (verbs
-// objects) -> engine.cpp (the RC protocol: requester, responder, timers) -> transport.cpp
-// (rings, connections, registry, NIC thread).
+// objects) -> engine*.cpp (the RC protocol: engine_requester.cpp, engine_responder.cpp, and
+// engine.cpp's progress pass and timers) -> transport.cpp (rings, connections, registry,
+// NIC thread).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -355,7 +356,7 @@ class Fabric {
   DevStats* devStats(Device* d);
   void countFds();                   // publishes the transport's fd count (stats.h)
 
-  // engine (engine.cpp)
+  // the RC engine (engine.cpp; qpError, qpReset, forgetQp, scheduleTx: engine_requester.cpp)
   void progress();             // one pass over every connection: read, then write
   void drainRx(Conn* c);       // the peer died: take in what it had already sent
   void scheduleTx(Qp* qp);     // the QP has packets to send
