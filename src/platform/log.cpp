@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "mesh/platform/check.h"
+#include "mesh/platform/text.h"
 
 namespace mesh {
 namespace {
@@ -44,10 +45,7 @@ void setFallbackLevel(ncclDebugLogLevel level) { gFallbackLevel.store(level); }
 void logMessage(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                 const char* fmt, ...) {
   char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
+  MESH_VFORMAT(buf, fmt);
 
   ncclDebugLogger_t fn = logger();
   if (fn != nullptr) {

@@ -43,8 +43,6 @@ uint64_t nowMs() {
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
 }
 
-sockaddr_in makeAddr(uint32_t addr, int port) { return ipv4SockAddr(addr, static_cast<uint16_t>(port)); }
-
 std::string portLabel(const LocalNic& nic) {
   return nic.label.empty() ? "port " + std::to_string(nic.index) : nic.label;
 }
@@ -102,8 +100,8 @@ NodeId nodeIdFromPorts(const std::vector<LocalNic>& ports) {
 std::vector<sockaddr_in> helloDestinations(const LocalNic&, const LocalAddress& addr, int udpPort) {
   uint8_t len = addr.ip.prefixLen;
   if (len >= 32) return {};
-  if (len == 31) return {makeAddr(INADDR_BROADCAST, udpPort)};  // RFC 3021: no broadcast address
-  return {makeAddr(addr.ip.addr | ~prefixMask(len), udpPort)};
+  if (len == 31) return {ipv4SockAddr(INADDR_BROADCAST, static_cast<uint16_t>(udpPort))};  // RFC 3021: no broadcast address
+  return {ipv4SockAddr(addr.ip.addr | ~prefixMask(len), static_cast<uint16_t>(udpPort))};
 }
 
 RouteServiceSettings routeServiceSettings(const Config& config) {
@@ -177,7 +175,7 @@ ncclResult_t RouteService::start() {
     return ncclInternalError;
   }
   c.recvFd = udpSocket(false, true);
-  sockaddr_in any = makeAddr(INADDR_ANY, c.settings.udpPort);
+  sockaddr_in any = ipv4SockAddr(INADDR_ANY, static_cast<uint16_t>(c.settings.udpPort));
   socklen_t len = sizeof(any);
   if (c.recvFd < 0 || bind(c.recvFd, reinterpret_cast<sockaddr*>(&any), len) != 0 ||
       getsockname(c.recvFd, reinterpret_cast<sockaddr*>(&any), &len) != 0) {
@@ -194,7 +192,7 @@ ncclResult_t RouteService::start() {
     for (const LocalAddress& a : c.ports[i].addrs) {
       if (a.ip.prefixLen >= 32) continue;  // nobody else can be on a /32
       SendSocket s{i, a, udpSocket(true, false), false};
-      sockaddr_in local = makeAddr(a.ip.addr, 0);
+      sockaddr_in local = ipv4SockAddr(a.ip.addr, 0);
       if (s.fd < 0 || bind(s.fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
         // This address cannot announce us; the others still can, and we still listen.
         MESH_WARN("relay: no route HELLOs from %s on %s: %s", formatPrefix(a.ip).c_str(),

@@ -20,6 +20,7 @@
 
 #include "mesh/platform/check.h"
 #include "mesh/platform/ipv4.h"
+#include "mesh/platform/text.h"
 #include "mesh/platform/version.h"
 #include "mesh/plugin/net.h"
 #include "mesh/plugin/plugin.h"
@@ -40,10 +41,7 @@ bool gVerbose = false;
 
 void probeLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
   char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
+  MESH_VFORMAT(buf, fmt);
   std::lock_guard<std::mutex> lock(gLogMutex);
   if (level == NCCL_LOG_WARN) gLastWarn = buf;
   if (gVerbose && level <= NCCL_LOG_INFO) fprintf(stderr, "nccl-mesh-info: plugin %s\n", buf);

@@ -19,6 +19,17 @@ inline std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+// The one prologue of every printf-style logger here (log.cpp's logMessage, the tools'
+// loggers the plugin calls): the arguments after `fmt` of the enclosing variadic function,
+// formatted into the char array `buf`, cut at its size as they always were.
+#define MESH_VFORMAT(buf, fmt)                  \
+  do {                                          \
+    va_list meshVformatAp_;                     \
+    va_start(meshVformatAp_, fmt);              \
+    vsnprintf(buf, sizeof(buf), fmt, meshVformatAp_); \
+    va_end(meshVformatAp_);                     \
+  } while (0)
+
 // printf into a std::string, whatever its length.
 inline std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline std::string strf(const char* fmt, ...) {

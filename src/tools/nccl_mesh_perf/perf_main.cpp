@@ -52,10 +52,7 @@ bool gVerbose = false;
 
 extern "C" void perfLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
   char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
+  MESH_VFORMAT(buf, fmt);
   std::lock_guard<std::mutex> lock(gLogMutex);
   if (level == NCCL_LOG_WARN) {
     gLastWarn = buf;
