@@ -18,11 +18,12 @@
 # larger defaults (BENCH_BW_BYTES 1G, BENCH_LAT_ITERS 2000, BENCH_REPEAT 3). Those ratios
 # describe the emulator (shared memory between two processes on this machine), not a NIC.
 #
-# usage: scripts/bench-lab.sh [--fabric] [--build-dir DIR] [--out DIR] [--strict]
-#   --build-dir DIR  the CMake build tree with nccl-mesh-perf and libnccl-net-mesh.so
-#                    (default $VMESH_BUILD_DIR or <repo>/build)
+# usage: scripts/bench-lab.sh [--fabric] [--build DIR] [--out DIR] [--strict]
+#   --build DIR      the CMake build tree with nccl-mesh-perf and libnccl-net-mesh.so (and,
+#                    with --fabric, the drop-in) (default $VMESH_BUILD_DIR or <repo>/build;
+#                    --build-dir DIR: the same)
 #   --out DIR        where the log, the raw tool outputs and summary.txt go
-#                    (default <build-dir>/bench-lab/<date>-<time>)
+#                    (default <build>/bench-lab/<date>-<time>)
 #   --strict         exit 1 when a ratio misses its target (default: report it, exit 0)
 # Tunables (environment): BENCH_BW_BYTES (40M bytes per bandwidth size),
 #   BENCH_LAT_ITERS (100), BENCH_BW_WINDOW (nccl-mesh-perf's window, 8),
@@ -231,20 +232,20 @@ host() {
     while [ $# -gt 0 ]; do
         case "$1" in
             --fabric) shift ;;
-            --build-dir) build=$2; shift 2 ;;
+            --build|--build-dir) build=$2; shift 2 ;;
             --out) out=$2; shift 2 ;;
             --strict) strict=1; shift ;;
             -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
             *) die "unknown argument $1 (see --help)" ;;
         esac
     done
-    build=$(cd "${build:-${VMESH_BUILD_DIR:-$REPO/build}}" 2>/dev/null && pwd) || die "no build directory (--build-dir)"
+    build=$(cd "${build:-${VMESH_BUILD_DIR:-$REPO/build}}" 2>/dev/null && pwd) || die "no build directory (--build)"
     [ -x "$build/nccl-mesh-perf" ] || die "$build/nccl-mesh-perf not built (cmake --build $build)"
     [ -e "$build/libnccl-net-mesh.so" ] || die "$build/libnccl-net-mesh.so not built"
     if ! command -v ib_write_bw >/dev/null || ! command -v ib_write_lat >/dev/null; then
         die "perftest not installed (apt-get install perftest)"
     fi
-    local where="Soft-RoCE link (QEMU lab)" runner=("$REPO/scripts/vmesh" run --build-dir "$build")
+    local where="Soft-RoCE link (QEMU lab)" runner=("$REPO/scripts/vmesh" run --build "$build")
     if [ "$FABRIC" = 1 ]; then
         local dropin="$build/tests/fabric/dropin"
         [ -e "$dropin/libibverbs.so.1" ] || die "$dropin/libibverbs.so.1 not built (cmake --build $build --target meshfab)"

@@ -33,8 +33,13 @@
 #                   relayed, 0 -> 1 with 1 -> 2 at once), 1 GiB per stream, best of 3; on a
 #                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
 #
-#   scripts/nccl-e2e.sh [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
+#   scripts/nccl-e2e.sh [--build DIR] [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
 #                       [--plugin PATH] [--dropin DIR] [--rehearse] [--no-trace]
+#
+# --build DIR: the CMake build tree (default build/). Its plugin (DIR/libnccl-net-mesh.so;
+# mesh_e2e and mesh_replay are taken from the plugin's tree) and its fabric drop-in
+# (DIR/tests/fabric/dropin) are used unless --plugin or --dropin name others, and the
+# results go to DIR/nccl-e2e/ unless --out (or $OUT) names another directory.
 #
 # The plugin records every ncclNet call real NCCL makes (NCCL_MESH_TRACE) into
 # DIR/traces/<scenario>/, one file per rank: tests/replay/README.md says how to commit them as
@@ -52,9 +57,10 @@
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT_DIR=${OUT:-$REPO/build/nccl-e2e}
-PLUGIN=$REPO/build/libnccl-net-mesh.so
-DROPIN=$REPO/build/tests/fabric/dropin
+BUILD=$REPO/build
+OUT_DIR=${OUT:-}
+PLUGIN=""
+DROPIN=""
 ONLY=""
 QUICK=0
 REHEARSE=0
@@ -64,10 +70,11 @@ MAX_BYTES=256M
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-channels ring4-ring ring4-default ring4-ib
                ring4-relay line4-relay relay-bench)
 
-usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
+    --build) BUILD=$2; shift ;;
     --out) OUT_DIR=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --quick) QUICK=1 ;;
@@ -81,6 +88,11 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+
+# What --build names, unless --out, --plugin or --dropin named it elsewhere.
+OUT_DIR=${OUT_DIR:-$BUILD/nccl-e2e}
+PLUGIN=${PLUGIN:-$BUILD/libnccl-net-mesh.so}
+DROPIN=${DROPIN:-$BUILD/tests/fabric/dropin}
 
 say() { echo "nccl-e2e: $*"; }
 
@@ -98,8 +110,8 @@ check_prereqs() {
     fi
   fi
   command -v nsenter >/dev/null || missing+=("nsenter (util-linux)")
-  [ -f "$PLUGIN" ] || missing+=("the plugin $PLUGIN (cmake --build build --target nccl-net-mesh)")
-  [ -f "$DROPIN/libibverbs.so.1" ] || missing+=("the fabric drop-in $DROPIN/libibverbs.so.1 (cmake --build build --target meshfab)")
+  [ -f "$PLUGIN" ] || missing+=("the plugin $PLUGIN (cmake --build $BUILD --target nccl-net-mesh)")
+  [ -f "$DROPIN/libibverbs.so.1" ] || missing+=("the fabric drop-in $DROPIN/libibverbs.so.1 (cmake --build $BUILD --target meshfab)")
   [ -x "$REPO/scripts/fabric-net" ] || missing+=("scripts/fabric-net")
   if [ ${#missing[@]} -gt 0 ]; then
     say "missing prerequisites:"
@@ -160,7 +172,7 @@ run_relay_bench() {
   e2e=$(cd "$(dirname "$PLUGIN")" && pwd)/tests/e2e/mesh_e2e
   say "== relay-bench: 4 nodes (ring), figures only"
   if [ ! -x "$e2e" ]; then
-    say "relay-bench: $e2e is missing (cmake --build build --target mesh_e2e)"
+    say "relay-bench: $e2e is missing (cmake --build $BUILD --target mesh_e2e)"
     FAILED+=(relay-bench)
     return 0
   fi

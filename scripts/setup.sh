@@ -167,7 +167,7 @@ prepare_lab() {
     return
   fi
   quietly "scripts/vmesh prepare (the lab's guest kernel; needs network the first time)" \
-    "$REPO/scripts/vmesh" prepare --build-dir "$BUILD_DIR"
+    "$REPO/scripts/vmesh" prepare --build "$BUILD_DIR"
   echo "setup: lab: guest kernel and initramfs ready (build/vmesh)"
 }
 

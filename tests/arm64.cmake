@@ -56,14 +56,14 @@ set(VMESH_ARM64 ${PROJECT_SOURCE_DIR}/scripts/vmesh)
 set(MESH_E2E_ARM64 env LD_LIBRARY_PATH=$<TARGET_FILE_DIR:nccl-net-mesh> $<TARGET_FILE:mesh_e2e>)
 # The arm64 kernel, the arm64 userland (apt-get download, once) and the initramfs.
 add_test(NAME lab_arm64_prepare
-         COMMAND ${VMESH_ARM64} prepare --arch arm64 --build-dir ${CMAKE_BINARY_DIR})
+         COMMAND ${VMESH_ARM64} prepare --arch arm64 --build ${CMAKE_BINARY_DIR})
 set_tests_properties(lab_arm64_prepare PROPERTIES
   LABELS lab-arm64 TIMEOUT 600 RUN_SERIAL TRUE FIXTURES_SETUP vmesh_arm64_image)
 
 # lab_arm64_test(NAME NODES VMESH_ARGS... -- CMD...): one aarch64 mesh per test.
 function(lab_arm64_test name nodes)
   add_test(NAME ${name}
-           COMMAND ${VMESH_ARM64} run --arch arm64 --build-dir ${CMAKE_BINARY_DIR} --nodes ${nodes}
+           COMMAND ${VMESH_ARM64} run --arch arm64 --build ${CMAKE_BINARY_DIR} --nodes ${nodes}
                    --timeout 400 ${ARGN})
   set_tests_properties(${name} PROPERTIES
     LABELS lab-arm64 TIMEOUT 500 RUN_SERIAL TRUE FIXTURES_REQUIRED vmesh_arm64_image

@@ -46,7 +46,7 @@ for spec in "$@"; do
   echo "-- $name on $nodes nodes under ASan+LSan+UBSan ${vmesh_opts:+(vmesh $vmesh_opts)}"
   set +e
   # shellcheck disable=SC2086  # vmesh_opts is a word list
-  "$repo/scripts/vmesh" run --build-dir "$lab_build" --nodes "$nodes" --mem 1024 --timeout 500 \
+  "$repo/scripts/vmesh" run --build "$lab_build" --nodes "$nodes" --mem 1024 --timeout 500 \
     ${vmesh_opts} -- env LD_LIBRARY_PATH="$plugin_dir" ASAN_OPTIONS="$asan_opts" \
     UBSAN_OPTIONS="$ubsan_opts" "$driver" $name --deadline 300 >"$out" 2>&1
   rc=$?

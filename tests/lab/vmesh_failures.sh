@@ -46,7 +46,7 @@ check_cleaned_up() {
 
 run_vmesh() {
     echo "--- vmesh run $*"
-    "$vmesh" run --build-dir "$build_dir" "$@" >"$log" 2>&1
+    "$vmesh" run --build "$build_dir" "$@" >"$log" 2>&1
     status=$?
     cat "$log"
 }
@@ -83,7 +83,7 @@ check_cleaned_up
 
 # 4. SIGTERM once the CMD runs
 echo "--- vmesh run --nodes 1 (SIGTERM once CMD runs)"
-"$vmesh" run --build-dir "$build_dir" --nodes 1 --no-mgmt -- \
+"$vmesh" run --build "$build_dir" --nodes 1 --no-mgmt -- \
     sh -c "$announce; echo CMD-STARTED; sleep 600" >"$log" 2>&1 &
 pid=$!
 deadline=$((SECONDS + 120))
