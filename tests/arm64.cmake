@@ -16,15 +16,7 @@ if(NOT CMAKE_CROSSCOMPILING_EMULATOR)
   message(WARNING "cross build without qemu-aarch64: the arm64 tier has no tests "
                   "(install qemu-user-static; scripts/setup.sh does)")
 endif()
-find_package(GTest REQUIRED)
-include(GoogleTest)
-
-file(GLOB MESH_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/unit/*_test.cpp)
-set(MESH_UNIT_SUPPORT ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rdma.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/fifo_pair.cpp
-                      ${PROJECT_SOURCE_DIR}/src/abi/trace_format.cpp ${CMAKE_CURRENT_SOURCE_DIR}/replay/replay_plan.cpp)
-add_executable(mesh_unit_tests ${MESH_UNIT_TESTS} ${MESH_UNIT_SUPPORT})
-target_link_libraries(mesh_unit_tests PRIVATE mesh_tools GTest::gtest GTest::gtest_main)
-target_compile_definitions(mesh_unit_tests PRIVATE MESH_TESTS_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+# mesh_unit_tests is defined in CMakeLists.txt, for both trees.
 if(CMAKE_CROSSCOMPILING_EMULATOR)
   # One process for the whole unit binary: hundreds of emulator start-ups (one per test, as
   # gtest_discover_tests registers them) would cost more than the tests themselves.
