@@ -87,6 +87,16 @@ int newTcpSocket() {
   return fd;
 }
 
+void closeStream(int fd) {
+  if (fd < 0) return;
+  (void)shutdown(fd, SHUT_WR);
+  char buf[4096];
+  // Bounded: what a peer that keeps writing sends past this is its own reset to read.
+  for (int i = 0; i < 16 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; ++i) {
+  }
+  close(fd);
+}
+
 namespace {
 
 const char* stepName(Connector::Step s) {
@@ -142,7 +152,7 @@ int readMessage(int fd, std::vector<uint8_t>* buf, HsMessage* msg, std::string* 
 void closeFd(Reactor* reactor, int* fd) {
   if (*fd < 0) return;
   reactor->unwatch(*fd);
-  close(*fd);
+  closeStream(*fd);
   *fd = -1;
 }
 
@@ -661,7 +671,7 @@ void Handshaker::closeControl(const std::shared_ptr<ControlLink>& control) {
   if (control == nullptr) return;
   auto doClose = [this, control] { closeFd(reactor_, &control->fd); };
   if (!reactor_->post(doClose) && control->fd >= 0) {
-    close(control->fd);
+    closeStream(control->fd);
     control->fd = -1;
   }
 }

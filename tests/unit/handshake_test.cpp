@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -453,6 +454,56 @@ TEST_F(HandshakeTest, ScannerFloodDoesNotStopLegitimateConnects) {
   std::unique_ptr<PreparedConn> send, recv;  // and after
   EXPECT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
   hs_->closeListener(l);
+}
+
+// A loopback TCP connection: *a and *b are its two ends, blocking.
+void tcpPair(int* a, int* b) {
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(l, 1), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  *b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(*b, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  *a = accept(l, nullptr, nullptr);
+  ASSERT_GE(*a, 0);
+  close(l);
+}
+
+// What b's next recv() returns once a closed its end with one byte from b unread: 0 (end of
+// stream) or -errno. Waits for the byte to be queued at a first, with a deadline.
+int closeWithUnreadByte(void (*closeIt)(int)) {
+  int a = -1, b = -1;
+  tcpPair(&a, &b);
+  if (a < 0 || b < 0) return -EBADF;
+  char beat = 0;
+  EXPECT_EQ(send(b, &beat, 1, 0), 1);
+  pollfd p{a, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 5000), 1) << "the byte never reached the other end";
+  closeIt(a);
+  timeval tv{5, 0};
+  setsockopt(b, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[8];
+  ssize_t n = recv(b, buf, sizeof(buf), 0);
+  int result = n < 0 ? -errno : static_cast<int>(n);
+  close(b);
+  return result;
+}
+
+// The relay tells a closed end (deliver what it sent, then end) from a failed one by the
+// control socket's end: EOF or an error. A heartbeat not yet read when the end closed made
+// plain close() send a reset (ECONNRESET at the peer: a relayed connection torn down with a
+// request pending, seen under load in fabric_e2e_relay_faults_cycles). closeStream must give
+// an end of stream; plain close() is the contrast that shows the case is real.
+TEST(CloseStream, APeerReadsEndOfStreamEvenWithBytesUnreadAtTheClosingEnd) {
+  EXPECT_EQ(closeWithUnreadByte([](int fd) { close(fd); }), -ECONNRESET)
+      << "plain close() with unread bytes no longer resets: the case this test guards is gone";
+  EXPECT_EQ(closeWithUnreadByte(closeStream), 0) << "the peer must read an end of stream, not an error";
+  closeStream(-1);  // harmless
 }
 
 }  // namespace

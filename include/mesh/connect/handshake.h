@@ -37,6 +37,14 @@ struct HandshakeSettings {
 // A TCP socket as the handshake uses them: non-blocking, close-on-exec, TCP_NODELAY (small
 // request/reply messages). -1 with errno on failure.
 int newTcpSocket();
+// Closes a connected TCP socket so that the peer reads an end of stream, never a reset:
+// close() with unread bytes in the receive buffer (a heartbeat that came in just before)
+// makes the kernel send RST instead of FIN, and the peer's recv() fails with ECONNRESET,
+// which the relay reads as a failed end (fail both ends) where a closed one (deliver what
+// was sent, then end) was meant. So: FIN first (shutdown SHUT_WR), then read away what
+// is queued, then close; a reset that still follows the FIN is not seen by the peer before
+// its end of stream. Safe on any fd (a listener, or -1: errors are ignored).
+void closeStream(int fd);
 
 class Listener;
 class Connector;
