@@ -3,11 +3,14 @@
 // (2.20.3-1 .. 2.25.1-1) and src/plugin/net.cc ncclNetVersion[] (2.26.2-1 .. 2.30.7-1); the
 // absolute plugin path is openNetPluginLib (2.21.5-1 src/net.cc); run-time connect is
 // NCCL_RUNTIME_CONNECT (2.22.3-1 src/init.cc); NCCL_NET_PLUGIN lists are
-// initPluginLibsOnceFunc (2.27.3-1 src/plugin/net.cc); the version code is NCCL_VERSION in
-// src/nccl.h.in.
+// initPluginLibsOnceFunc (2.27.3-1 src/plugin/net.cc); the reload that forgets the plugin's
+// name is ncclNetPluginUnload (2.27.3-1 .. 2.29.7-1 clear the entry; 2.30.3-1 keeps the name);
+// the version code is NCCL_VERSION in src/nccl.h.in.
 #include "mesh/plugin/nccl_compat.h"
 
 #include "mesh/platform/text.h"
+
+#include <cstdlib>
 
 namespace mesh {
 
@@ -104,6 +107,16 @@ std::string describeLoader(const NcclVersion& fromGetVersion, const std::string&
   return "loaded through " + abi + ": NCCL " + ncclReleasesForAbi(abiEntered) +
          " (no ncclGetVersion visible in the process; that range is what takes v" + std::to_string(abiEntered) +
          " when v8 to v12 are offered)";
+}
+
+std::string ncclReloadAdvice(const NcclVersion& v, const char* refCountEnv) {
+  if (!v.known() || !v.atLeast(2, 27) || v.atLeast(2, 30)) return "";
+  if (refCountEnv != nullptr && std::atoi(refCountEnv) > 0) return "";
+  return "NCCL " + v.text() +
+         " forgets this plugin's name when it unloads it after the last communicator is destroyed: "
+         "a communicator created after that in this process fails with 'Failed to initialize any NET "
+         "plugin' (or, without NCCL_NET=Mesh, takes NCCL's own transport). A job that destroys and "
+         "re-creates its process group should set NCCL_NET_PLUGIN_REF_COUNT=1 (fixed in NCCL 2.30)";
 }
 
 }  // namespace mesh

@@ -342,7 +342,10 @@ void Plugin::logLoader(ncclDebugLogger_t logger, int abi) {
   loaderLogged_ = true;
   std::string where;
   NcclVersion v = loadingNcclVersion(logger, &where);
+  if (v.known()) loaderNccl_ = v.text() + (where.empty() ? "" : " (ncclGetVersion in " + where + ")");
   MESH_INFO(NCCL_INIT | NCCL_NET, "%s", describeLoader(v, where, abi).c_str());
+  std::string reload = ncclReloadAdvice(v, std::getenv("NCCL_NET_PLUGIN_REF_COUNT"));
+  if (!reload.empty()) MESH_INFO(NCCL_INIT | NCCL_NET, "%s", reload.c_str());
 }
 
 void Plugin::logSettings() const {

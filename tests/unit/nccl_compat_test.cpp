@@ -45,5 +45,18 @@ TEST(NcclCompat, LoaderLineFromGetVersionOrFromTheAbi) {
   EXPECT_NE(describeLoader(decodeNcclVersionCode(23007), "", 11).find("itself takes v12"), std::string::npos);
 }
 
+// NCCL 2.28.9 under PyTorch 2.11 on the GPU machine: a second communicator after the first one's
+// destroy failed with "Failed to initialize any NET plugin" (tri-reload, tri-preload).
+TEST(NcclCompat, ReloadAdviceForTheReleasesThatForgetThePluginName) {
+  EXPECT_NE(ncclReloadAdvice(decodeNcclVersionCode(22809), nullptr).find("NCCL_NET_PLUGIN_REF_COUNT=1"),
+            std::string::npos);
+  EXPECT_FALSE(ncclReloadAdvice(decodeNcclVersionCode(22703), "0").empty());
+  EXPECT_FALSE(ncclReloadAdvice(decodeNcclVersionCode(22907), "").empty());
+  EXPECT_TRUE(ncclReloadAdvice(decodeNcclVersionCode(22809), "1").empty());
+  EXPECT_TRUE(ncclReloadAdvice(decodeNcclVersionCode(22605), nullptr).empty());
+  EXPECT_TRUE(ncclReloadAdvice(decodeNcclVersionCode(23007), nullptr).empty());
+  EXPECT_TRUE(ncclReloadAdvice(NcclVersion(), nullptr).empty());
+}
+
 }  // namespace
 }  // namespace mesh

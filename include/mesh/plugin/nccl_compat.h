@@ -49,4 +49,13 @@ std::vector<NcclLack> ncclFeaturesLacking(const NcclVersion& v);
 // v11" or, when no ncclGetVersion was found, "loaded through ncclNet v11: NCCL 2.28 - 2.29".
 std::string describeLoader(const NcclVersion& fromGetVersion, const std::string& where, int abiEntered);
 
+// NCCL 2.27 to 2.29 unload an external net plugin when the last communicator using it is
+// destroyed and clear its whole entry, name included (src/plugin/net.cc ncclNetPluginUnload;
+// 2.30.3 keeps the name). A communicator created after that in the same process looks for
+// libnccl-net.so instead: "Failed to initialize any NET plugin" under NCCL_NET=Mesh, or NCCL's
+// own IB or socket transport without it. Seen with NCCL 2.28.9 (PyTorch 2.11) on the GPU
+// machine. NCCL_NET_PLUGIN_REF_COUNT=1 keeps the plugin loaded, so its entry is never cleared.
+// The advice for `v` with that variable's value (nullptr: unset); empty when not needed.
+std::string ncclReloadAdvice(const NcclVersion& v, const char* refCountEnv);
+
 }  // namespace mesh
