@@ -240,6 +240,7 @@ Header makeHeader(const Config& config, uint64_t t0) {
   h.pid = static_cast<long>(getpid());
   h.t0Ns = t0;
   h.plugin = versionText();
+  h.nccl = Plugin::instance().loaderNccl();
   for (const MeshPort& p : Plugin::instance().discovery().ports) {
     for (const PortAddress& a : p.addrs)
       h.addrs.push_back(formatIpv4(a.ip.addr) + "/" + std::to_string(a.ip.prefixLen));

@@ -354,6 +354,7 @@ std::string encodeHeader(const Header& h) {
   out += "pid " + std::to_string(h.pid) + "\n";
   out += "t0 " + std::to_string(h.t0Ns) + "\n";
   out += "plugin " + escape(h.plugin) + "\n";
+  if (!h.nccl.empty()) out += "nccl " + escape(h.nccl) + "\n";
   out += "addr";
   for (const std::string& a : h.addrs) out += " " + escape(a);
   out += "\n";
@@ -467,6 +468,8 @@ bool parseHeaderLine(const std::string& key, const std::string& rest, Header* h,
     if (!parseU64(value, 10, &h->t0Ns)) return (*error = "bad t0 '" + value + "'", false);
   } else if (key == "plugin") {
     h->plugin = value;
+  } else if (key == "nccl") {
+    h->nccl = value;
   } else if (key == "setting" || key == "env") {
     if (value.find('=') == std::string::npos) return (*error = key + " without NAME=VALUE", false);
     (key == "setting" ? h->settings : h->env).push_back(value);

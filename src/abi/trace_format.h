@@ -92,6 +92,7 @@ struct Header {
   long pid = 0;
   uint64_t t0Ns = 0;                     // CLOCK_MONOTONIC at the start of recording
   std::string plugin;                    // the plugin's version line
+  std::string nccl;                      // "2.28.9 (ncclGetVersion in <lib>)": the NCCL that loaded it
   std::vector<std::string> addrs;        // "198.18.0.1/24", the node's mesh addresses
   std::vector<std::string> settings;     // "NCCL_MESH_X=value": the plugin's settings
   std::vector<std::string> env;          // "NCCL_X=value": NCCL's own variables, for reading

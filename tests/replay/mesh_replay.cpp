@@ -183,8 +183,10 @@ int check(const Plan& plan) {
       if (!threads[r.thread]) ++nThreads;
       threads[r.thread] = true;
     }
-    printf("  %s: %s, host %s pid %ld, %zu records, %zu thread(s)%s%s\n", f.name.c_str(), f.trace.header.plugin.c_str(),
-           f.trace.header.host.c_str(), f.trace.header.pid, f.trace.records.size(), nThreads,
+    std::string nccl = f.trace.header.nccl.empty() ? "" : ", NCCL " + f.trace.header.nccl;
+    printf("  %s: %s%s, host %s pid %ld, %zu records, %zu thread(s)%s%s\n", f.name.c_str(),
+           f.trace.header.plugin.c_str(), nccl.c_str(), f.trace.header.host.c_str(), f.trace.header.pid,
+           f.trace.records.size(), nThreads,
            f.trace.endReason.empty() ? "" : ", stopped early: ", f.trace.endReason.c_str());
   }
   return 0;

@@ -182,6 +182,21 @@ TEST(TraceFormat, EscapeRoundTripsEveryByte) {
   EXPECT_FALSE(unescape("%", &back));
 }
 
+// The NCCL that loaded the plugin (its log line's "2.28.9 (ncclGetVersion in <lib>)") is a
+// header line of its own; traces from before it have none and still parse.
+TEST(TraceFormat, HeaderNamesTheNcclThatLoadedThePlugin) {
+  Header h = sampleHeader();
+  h.nccl = "2.28.9 (ncclGetVersion in /opt/x y/libnccl.so.2)";
+  std::string text = encodeHeader(h);
+  EXPECT_NE(text.find("\nnccl 2.28.9%20(ncclGetVersion%20in%20/opt/x%20y/libnccl.so.2)\n"), std::string::npos)
+      << text;
+  Trace t;
+  std::string error;
+  ASSERT_TRUE(parseTrace(text, &t, &error)) << error;
+  EXPECT_EQ(t.header.nccl, h.nccl);
+  EXPECT_EQ(t.header.plugin, h.plugin);
+}
+
 TEST(TraceFormat, WholeFileRoundTrips) {
   std::string text = encodeHeader(sampleHeader());
   Record a = sample(Call::Init);
@@ -197,6 +212,7 @@ TEST(TraceFormat, WholeFileRoundTrips) {
   EXPECT_EQ(t.header.pid, 4321);
   EXPECT_EQ(t.header.t0Ns, 987654321u);
   EXPECT_EQ(t.header.plugin, "nccl-mesh 0.1.0 (git abc)");
+  EXPECT_EQ(t.header.nccl, "");  // no nccl line: an NCCL the plugin could not ask
   EXPECT_EQ(t.header.addrs, sampleHeader().addrs);
   EXPECT_EQ(t.header.settings, sampleHeader().settings);
   EXPECT_EQ(t.header.env, sampleHeader().env);

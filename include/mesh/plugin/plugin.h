@@ -56,6 +56,9 @@ class Plugin {
   ncclResult_t device(int dev, const NetDevice** out) const;
 
   const Config& config() const { return config_; }
+  // "2.28.9 (ncclGetVersion in <lib>)": the NCCL that called init, as its log line says; empty
+  // when unknown. Set in init, before the recorder starts (its header carries it).
+  const std::string& loaderNccl() const { return loaderNccl_; }
   const VerbsApi& verbs() const { return verbs_; }
   const Discovery& discovery() const { return discovery_; }
   Reactor& reactor() { return reactor_; }
@@ -90,6 +93,7 @@ class Plugin {
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
   bool initialized_ = false;
   bool loaderLogged_ = false;  // under initMutex_
+  std::string loaderNccl_;     // under initMutex_; see loaderNccl()
   Config config_;
   VerbsApi verbs_;
   Discovery discovery_;
