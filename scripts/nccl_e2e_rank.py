@@ -166,6 +166,73 @@ def node_env(rank):
         import socket
         nics = sorted(name for _, name in socket.if_nameindex() if name.startswith("p"))
         os.environ["NCCL_IB_HCA"] = ",".join("=fab_" + n if i == 0 else "fab_" + n for i, n in enumerate(nics))
+        fake_ib_sysfs(["fab_" + n for n in nics])
+
+
+def fake_ib_sysfs(devices):
+    """/sys/class/infiniband/<dev> for the fabric's devices, in this process's own mount namespace.
+
+    NCCL's IB transport takes a NIC's PCI path from realpath(/sys/class/infiniband/<dev>/device);
+    the fabric's devices have none, and NCCL 2.28.9 then dies with SIGSEGV after 'Could not find
+    real path of fab_p1' (seen on the GPU machine). Each device gets a directory named like a PCI
+    function (0000:0N:00.0, one bus per device so NCCL does not merge them as ports of one NIC)
+    without a 'subsystem' link: NCCL treats it as a virtual NIC attached to the first CPU. Also
+    ports/1/gid_attrs/types/<i> ('RoCE v2'). Needs root; the mounts vanish with the process."""
+    import atexit
+    import ctypes
+    import tempfile
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_bind, ms_rec, ms_private, clone_newns = 4096, 16384, 1 << 18, 0x00020000
+
+    def mount(src, dst, flags, fstype=None):
+        if libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount {src} on {dst}: {os.strerror(err)}")
+
+    if libc.unshare(clone_newns) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWNS): {os.strerror(err)}")
+    mount(None, "/", ms_rec | ms_private)
+    # Everything lives on a tmpfs seen only in this namespace: at exit it is detached and the
+    # (then empty) directory removed; nothing is ever deleted through a mount.
+    root = tempfile.mkdtemp(prefix="nccl-e2e-ibsys-")
+    mount("tmpfs", root, 0, "tmpfs")
+
+    def cleanup():
+        libc.umount2(root.encode(), 2)  # MNT_DETACH
+        try:
+            os.rmdir(root)
+        except OSError:
+            pass
+    atexit.register(cleanup)
+    ib = os.path.join(root, "infiniband")
+    os.makedirs(ib)
+    for i, dev in enumerate(devices):
+        pci = os.path.join(root, "pci", f"0000:{i + 1:02x}:00.0")
+        os.makedirs(pci)
+        os.makedirs(os.path.join(ib, dev, "ports", "1", "gid_attrs", "types"))
+        os.symlink(pci, os.path.join(ib, dev, "device"))
+        for g in (0, 1):
+            with open(os.path.join(ib, dev, "ports", "1", "gid_attrs", "types", str(g)), "w") as f:
+                f.write("RoCE v2\n")
+    if os.path.isdir("/sys/class/infiniband"):
+        mount(ib, "/sys/class/infiniband", ms_bind)
+    else:
+        # No RDMA in this kernel: /sys/class gets a stand-in whose entries lead to the real
+        # sysfs (bound beside it), plus infiniband.
+        real = os.path.join(root, "sys")
+        os.makedirs(real)
+        mount("/sys", real, ms_bind | ms_rec)
+        cls = os.path.join(root, "class")
+        os.makedirs(cls)
+        for entry in os.listdir(os.path.join(real, "class")):
+            os.symlink(os.path.join(real, "class", entry), os.path.join(cls, entry))
+        os.symlink(ib, os.path.join(cls, "infiniband"))
+        mount(cls, "/sys/class", ms_bind)
+    for dev in devices:
+        path = os.path.realpath(f"/sys/class/infiniband/{dev}/device")
+        if not os.path.isdir(path):
+            raise OSError(f"fake sysfs: {dev} has no device directory ({path})")
 
 
 def sync(dev):

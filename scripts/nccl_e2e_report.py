@@ -106,9 +106,9 @@ def check(args):
             problems.append("no NET/Mesh lines: the plugin never logged")
         if "channels" in args.scenario and any(len(c) < 8 for c in channels.values()):
             problems.append("fewer than 8 channels over the plugin with NCCL_MIN_NCHANNELS=8")
-        if "reload" in args.scenario and (unloads < 1 or loads < 2):
+        if args.scenario.endswith("-reload") and (unloads < 1 or loads < 2):
             problems.append(f"expected an unload and a second load (loaded {loads}x, unloaded {unloads}x)")
-        if "second communicator" not in joined and ("reload" in args.scenario or "preload" in args.scenario):
+        if "second communicator" not in joined and args.scenario.endswith(("-reload", "-preload", "-refcount")):
             problems.append("the second communicator never reported")
     verdict = "OK" if not problems else "FAILED"
     if args.expect == "record":
@@ -153,7 +153,8 @@ def tables(args):
                 r = by[c].get(s)
                 cells.append(f"{r['busbw']:>14.3f}" if r else f"{'-':>14}")
             print(f"{fmt_size(s):>8} " + " ".join(cells))
-    for mesh, ib in (("pair-plugin", "pair-ib"), ("tri-plugin", "tri-ib"), ("ring4-ring", "ring4-ib")):
+    for mesh, ib in (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"), ("tri-plugin", "tri-ib"),
+                     ("ring4-ring", "ring4-ib")):
         if mesh not in data or ib not in data:
             continue
         a = {(r["coll"], r["bytes"]): r for r in data[mesh]}

@@ -82,6 +82,17 @@ class Check(unittest.TestCase):
         code, text = self.run_check("tri-reload", lines, [row()])
         self.assertEqual(code, 0, text)
 
+    def test_preload_and_refcount_need_the_second_communicator_not_an_unload(self):
+        # NCCL_NET_PLUGIN_REF_COUNT=1 keeps the plugin loaded (NCCL 2.27-2.29 forget its name
+        # at an unload): no unload is expected, the second communicator is.
+        for scenario in ("tri-preload", "tri-refcount"):
+            code, text = self.run_check(scenario, MESH_LINES, [row()])
+            self.assertEqual(code, 1, scenario)
+            self.assertIn("the second communicator never reported", text)
+            lines = MESH_LINES + ["[0] # second communicator: all_reduce of 4 MiB exact"]
+            code, text = self.run_check(scenario, lines, [row()])
+            self.assertEqual(code, 0, scenario + ": " + text)
+
     def test_eight_channels_are_required_with_min_nchannels(self):
         code, text = self.run_check("tri-channels", MESH_LINES, [row()])
         self.assertEqual(code, 1)
