@@ -99,8 +99,13 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
 ncclResult_t SendComm::queueGroup(int slot) {
   Group& g = groups_[slot];
   for (int r = 0; r < g.nreqs; ++r) ctrl()->sizesStage[slot][r] = g.reqs[r]->size;
-  // A relayed group travels on QP 0 alone (its chunks must reach the relay in ring order).
-  g.pendingQps = relayedSlot(slot) ? 1 : nqps_;
+  g.pendingQps = nqps_;  // every QP ends the group with one SendFinal (relayed ones too)
+  if (relayedSlot(slot)) {
+    for (int r = 0; r < g.nreqs; ++r) {
+      if (g.reqs[r]->size > 0) g.relayLastData = r;
+    }
+    g.relayFinalsLeft = nqps_ > 1 ? (1u << nqps_) - 1 : 0;
+  }
   postQueue_[(postHead_ + postCount_) % kFifoDepth] = slot;
   ++postCount_;
   ++seq_;
@@ -206,80 +211,99 @@ ncclResult_t SendComm::pump() {
   return ncclSuccess;
 }
 
-// A relayed group (the receiver is a relay node's staging ring; docs/relay.md): on QP 0,
-// first the group's sizes into the relay's sizes[slot] (a plain WRITE), then every
-// entry's bytes in order, cut into chunks of the ring's slot size, each a WRITE_WITH_IMM
-// into the next ring slot once the relay has freed it (SendCtrl::relayReleased), its
-// immediate the chunk's byte count; the group's last WR carries kRelayLastChunk (a 0-byte
-// WRITE_WITH_IMM when the group has no bytes left to carry it). RC executes one QP's WRs
-// in order, so the relay sees the sizes before the first chunk and chunks in ring order.
+// A relayed group (the receiver is a relay node's staging ring; docs/DESIGN-notes.md,
+// "Relay"): its bytes as tickets (comm.h), each entry cut into ring-chunk pieces in order,
+// each piece one WRITE_WITH_IMM into the next ring slot once the relay has freed it
+// (SendCtrl::relayReleased), ticket k on QP k % nqps so that every link of the leg (both
+// functions of a Spark cable) carries its share. The group's sizes go first, a plain WRITE
+// on the QP of its first ticket (RC keeps one QP's WRs in order, so they are in place when
+// the relay takes that ticket). The last data ticket carries kRelayLast; a group without
+// bytes is one no-data ticket. Then every other QP gets a 0-byte WRITE as its SendFinal, so
+// the send completes only when every QP's share was acknowledged. Each ticket is its own
+// signaled batch: chunks are large, and the relay frees slots one ticket at a time anyway.
 ncclResult_t SendComm::postRelayed(int slot, bool* finished) {
   *finished = false;
   Group& g = groups_[slot];
   Cursor& c = g.cursor[0];
-  Qp& qp = qps_[0];
   const FifoSlot& ring = ctrl()->fifo[slot][0];
   uint32_t chunk = relayRingChunk(ring.relayRing);
   uint64_t depth = relayRingDepth(ring.relayRing);
-  if (chunk == 0 || depth == 0 || chunk > kRelayLastChunk - 1) {
+  if (chunk == 0 || depth == 0 || depth > static_cast<uint64_t>(kRelayMaxDepth)) {
     fail("corrupt relay ring geometry in a FIFO slot from the relay", ncclRemoteError);
     return failure_;
   }
   uint64_t released = __atomic_load_n(&ctrl()->relayReleased, __ATOMIC_ACQUIRE);
-  int budget = std::min(qp.credits, kMaxBatch);
-  int count = 0;
-  auto add = [&](uint64_t local, uint32_t lkey, uint32_t len, uint64_t remote, ibv_wr_opcode op) {
-    ibv_send_wr& wr = wrs_[count];
-    ibv_sge& sge = sges_[count];
-    wr = ibv_send_wr();
+  auto wr = [&](int i, uint64_t local, uint32_t lkey, uint32_t len, uint64_t remote, uint32_t rkey) {
+    ibv_send_wr& w = wrs_[i];
+    ibv_sge& sge = sges_[i];
+    w = ibv_send_wr();
     sge.addr = local;
     sge.length = len;
     sge.lkey = lkey;
-    wr.sg_list = len > 0 ? &sge : nullptr;
-    wr.num_sge = len > 0 ? 1 : 0;
-    wr.opcode = op;
-    wr.wr.rdma.remote_addr = remote;
-    wr.wr.rdma.rkey = ring.rkeys[qp.link];
-    wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, 0, static_cast<uint16_t>(slot), 0});
-    ++count;
+    w.sg_list = len > 0 ? &sge : nullptr;
+    w.num_sge = len > 0 ? 1 : 0;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.wr.rdma.remote_addr = remote;
+    w.wr.rdma.rkey = rkey;
+    return &w;
   };
-  if (!g.relaySizesPosted && count < budget) {
-    add(reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]), devs_[qp.devSlot].ctrlMr->lkey,
-        static_cast<uint32_t>(g.nreqs * sizeof(uint64_t)),
-        remoteSizes(qp.link, slot), IBV_WR_RDMA_WRITE);
-    wrs_[count - 1].wr.rdma.rkey = links_[qp.link].remoteRkey;
-    g.relaySizesPosted = true;
-  }
-  bool lastIsChunk = false;
-  while (c.r < g.nreqs && count < budget) {
-    const Request* r = g.reqs[c.r];
-    if (c.off >= r->size) {
+  bool ticketsDone = c.done;
+  while (!ticketsDone) {
+    // The next piece: skip entries (and ends of entries) with nothing left.
+    while (c.r < g.nreqs && c.off >= g.reqs[c.r]->size) {
       ++c.r;
       c.off = 0;
-      continue;
     }
-    if (ringPosted_ - released >= depth) break;  // no free ring slot: afterPoll() resumes
-    uint32_t len = static_cast<uint32_t>(std::min<size_t>(chunk, r->size - c.off));
+    bool noData = g.relayLastData < 0;
+    if (!noData && c.r >= g.nreqs) {  // the last piece ends the loop before this
+      fail("relayed group ran out of pieces before its last one", ncclInternalError);
+      return failure_;
+    }
+    if (ringPosted_ - released >= depth) return ncclSuccess;  // no free ring slot: afterPoll() resumes
+    int q = static_cast<int>(ringPosted_ % static_cast<uint64_t>(nqps_));
+    Qp& qp = qps_[q];
+    int need = g.relaySizesPosted ? 1 : 2;
+    if (qp.credits < need) return ncclSuccess;  // a completion resumes
+    int count = 0;
+    if (!g.relaySizesPosted) {
+      wr(count++, reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]), devs_[qp.devSlot].ctrlMr->lkey,
+         static_cast<uint32_t>(g.nreqs * sizeof(uint64_t)), remoteSizes(qp.link, slot), links_[qp.link].remoteRkey);
+      g.relaySizesPosted = true;
+    }
     uint64_t remote = ring.addr + (ringPosted_ % depth) * chunk;
-    add(reinterpret_cast<uintptr_t>(r->data) + c.off, r->mh->lkey[devs_[qp.devSlot].deviceIndex], len, remote,
-        IBV_WR_RDMA_WRITE_WITH_IMM);
-    wrs_[count - 1].imm_data = htonl(len);
-    ++ringPosted_;
-    c.off += len;
-    lastIsChunk = true;
-  }
-  if (c.r == g.nreqs && (lastIsChunk || count < budget)) {
-    if (!lastIsChunk) {
-      add(ring.addr, 0, 0, ring.addr, IBV_WR_RDMA_WRITE_WITH_IMM);
-      wrs_[count - 1].imm_data = 0;
+    bool last = true;
+    ibv_send_wr* t;
+    if (noData) {
+      t = wr(count++, 0, 0, 0, remote, ring.rkeys[qp.link]);
+    } else {
+      const Request* r = g.reqs[c.r];
+      uint32_t len = static_cast<uint32_t>(relayPieceBytes(r->size, c.off, chunk));
+      t = wr(count++, reinterpret_cast<uintptr_t>(r->data) + c.off, r->mh->lkey[devs_[qp.devSlot].deviceIndex], len,
+             remote, ring.rkeys[qp.link]);
+      c.off += len;
+      last = c.r == g.relayLastData && c.off >= r->size;
     }
-    ibv_send_wr& last = wrs_[count - 1];
-    last.imm_data = htonl(ntohl(last.imm_data) | kRelayLastChunk);
-    last.wr_id = encodeWrId(WrId{WrKind::SendFinal, 0, static_cast<uint16_t>(slot), 0});
-    c.done = true;
-    *finished = true;
+    t->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    t->imm_data = htonl(relayImm(ringPosted_, last, noData));
+    WrKind kind = last ? WrKind::SendFinal : WrKind::SendBatch;
+    t->wr_id = encodeWrId(WrId{kind, static_cast<uint8_t>(q), static_cast<uint16_t>(slot), 0});
+    ++ringPosted_;
+    MESH_CHECK(postBatch(q, count));
+    if (last) {
+      c.done = ticketsDone = true;
+      g.relayFinalsLeft &= ~(1u << q);
+    }
   }
-  return postBatch(0, count);
+  // Every other QP's SendFinal: a 0-byte WRITE after its share of the group.
+  for (int q = 0; q < nqps_ && g.relayFinalsLeft != 0; ++q) {
+    if ((g.relayFinalsLeft & (1u << q)) == 0 || qps_[q].credits < 1) continue;
+    ibv_send_wr* t = wr(0, 0, 0, 0, ring.addr, ring.rkeys[qps_[q].link]);
+    t->wr_id = encodeWrId(WrId{WrKind::SendFinal, static_cast<uint8_t>(q), static_cast<uint16_t>(slot), 0});
+    MESH_CHECK(postBatch(q, 1));
+    g.relayFinalsLeft &= ~(1u << q);
+  }
+  *finished = c.done && g.relayFinalsLeft == 0;
+  return ncclSuccess;
 }
 
 // Ring credits arrive as a remote write, not as a completion: a relayed group waiting for

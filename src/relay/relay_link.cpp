@@ -29,29 +29,51 @@ uint8_t* RelayLegComm::ring() const { return static_cast<uint8_t*>(ctrlMem_) + r
 // A writes sizes[] at the start of this region, as it would a receiver's.
 void RelayLegComm::describeCtrl(uint64_t* addr) const { *addr = reinterpret_cast<uintptr_t>(ctrl()->recv.sizes); }
 
-ncclResult_t RelayLegComm::postRecv() {
+ncclResult_t RelayLegComm::postRecv(int q) {
   ibv_recv_wr wr{};
-  wr.wr_id = encodeWrId(WrId{WrKind::Recv, 0, 0, 0});
+  wr.wr_id = encodeWrId(WrId{WrKind::Recv, static_cast<uint8_t>(q), 0, 0});
   ibv_recv_wr* bad = nullptr;
-  int rc = settings_.ops->postRecv(qps_[0].qp.get(), &wr, &bad);
+  int rc = settings_.ops->postRecv(qps_[q].qp.get(), &wr, &bad);
   if (rc != 0) fail(std::string("ibv_post_recv on the relay leg failed: ") + strerror(rc), ncclSystemError);
   return failure_;
 }
 
-// Every chunk's immediate consumes a receive on QP 0: keep the queue full. One is posted
-// back per immediate handed to the link (poll), so at most kChunkQueue are ever waiting.
+// Every ticket's immediate consumes a receive on the QP it came on, and any QP may carry
+// every ticket in flight (at most the ring's depth): keep kChunkQueue posted on each. One is
+// posted back on its QP per ticket handed to the link (poll).
 ncclResult_t RelayLegComm::activateExtra() {
-  for (int i = 0; i < kChunkQueue; ++i) MESH_CHECK(postRecv());
+  if (geometry_.depth < 1 || geometry_.depth > static_cast<uint32_t>(kRelayMaxDepth)) {
+    fail("relay ring depth " + std::to_string(geometry_.depth) + " outside 1.." + std::to_string(kRelayMaxDepth),
+         ncclInvalidUsage);
+    return failure_;
+  }
+  for (int q = 0; q < nqps_; ++q) {
+    for (int i = 0; i < kChunkQueue; ++i) MESH_CHECK(postRecv(q));
+  }
   return ncclSuccess;
 }
 
+// A ticket may land before an earlier one (another QP); it waits in arrived_ until every
+// earlier one was handed over. One that is not within the ring's depth of the next one to
+// hand over, or that landed twice, breaks the protocol.
 void RelayLegComm::onCompletion(const ibv_wc& wc) {
   WrId id = decodeWrId(wc.wr_id);
   if (id.kind == WrKind::Ctrl) {
     returnCredits(0);
   } else if (id.kind == WrKind::Recv) {
-    chunks_[chunkTail_ % kChunkQueue] = ntohl(wc.imm_data);
-    ++chunkTail_;
+    uint32_t imm = ntohl(wc.imm_data);
+    uint64_t ticket = relayTicket(imm, next_);
+    Arrival& a = arrived_[ticket % kRelayMaxDepth];
+    if (ticket - next_ >= geometry_.depth || a.valid) {
+      fail("the sender wrote ticket " + std::to_string(ticket) + " into the relay ring while ticket " +
+               std::to_string(next_) + " was the oldest expected (ring depth " + std::to_string(geometry_.depth) +
+               ")",
+           ncclRemoteError);
+      return;
+    }
+    a.valid = true;
+    a.qp = id.qp;
+    a.imm = imm;
   }
 }
 
@@ -94,8 +116,9 @@ RelayFwdComm::RelayFwdComm(const Discovery* disc, CommSettings settings) : SendC
 
 RelayFwdComm::~RelayFwdComm() { close(); }
 
-ncclResult_t RelayFwdComm::registerRing(void* base, size_t bytes) {
+ncclResult_t RelayFwdComm::registerRing(void* base, size_t bytes, uint32_t chunk) {
   ringBase_ = static_cast<uint8_t*>(base);
+  chunk_ = chunk;
   for (int s = 0; s < ndevs_; ++s) {
     const VerbsDevice* d = devs_[s].dev;
     ringMr_[s] = d->api().regMr(d->pd(), base, bytes, IBV_ACCESS_LOCAL_WRITE);
@@ -146,16 +169,14 @@ ncclResult_t RelayFwdComm::enqueue(const Op& op) {
 }
 
 ncclResult_t RelayFwdComm::beginGroup(int slot, int n, const uint64_t* sizes) {
-  if (!relayedSlot(slot)) return ncclSuccess;  // a direct C gets the sizes with the final WRs
   for (int r = 0; r < n; ++r) ctrl()->sizesStage[slot][r] = sizes[r];
-  Op op;
-  op.kind = Op::Kind::Sizes;
-  op.slot = static_cast<uint16_t>(slot);
-  op.n = n;
-  return enqueue(op);
+  // A direct C gets the sizes with the final WRs; a relayed one before the first ticket.
+  sizesDue_[slot] = relayedSlot(slot) ? n : 0;
+  return ncclSuccess;
 }
 
-ncclResult_t RelayFwdComm::writeChunk(int slot, int entry, uint64_t off, uint64_t ringOff, uint32_t len) {
+ncclResult_t RelayFwdComm::writeChunk(int slot, int entry, uint64_t off, uint64_t ringOff, uint32_t len,
+                                      uint64_t ticket, bool last) {
   if (off + len > ctrl()->fifo[slot][entry].size) {
     fail("the sender wrote beyond the buffer the receiver posted", ncclRemoteError);
     return failure_;
@@ -167,16 +188,28 @@ ncclResult_t RelayFwdComm::writeChunk(int slot, int entry, uint64_t off, uint64_
   op.off = off;
   op.ringOff = ringOff;
   op.len = len;
+  op.ticket = ticket;
+  op.last = last;
   return enqueue(op);
 }
 
-ncclResult_t RelayFwdComm::finishGroup(int slot, int n, const uint64_t* sizes) {
+ncclResult_t RelayFwdComm::finishGroup(int slot, int n, const uint64_t* sizes, bool hadBytes) {
   for (int r = 0; r < n; ++r) ctrl()->sizesStage[slot][r] = sizes[r];
   Op op;
   op.kind = Op::Kind::Finish;
   op.slot = static_cast<uint16_t>(slot);
   op.n = n;
+  op.last = hadBytes;
   return enqueue(op);
+}
+
+// Leg tickets are freed in ticket order: released_ moves over every ticket done so far.
+void RelayFwdComm::ticketDone(uint64_t ticket) {
+  done_[ticket % kRelayMaxDepth] = true;
+  while (done_[released_ % kRelayMaxDepth]) {
+    done_[released_ % kRelayMaxDepth] = false;
+    ++released_;
+  }
 }
 
 ncclResult_t RelayFwdComm::pump() {
@@ -189,71 +222,91 @@ ncclResult_t RelayFwdComm::pump() {
   return failure_;
 }
 
-// One queued op. Direct C: chunk WRITEs on QP 0, then what a direct sender's final WRs are
-// (comm.h, step 3): the immediate on every QP, the sizes array with QP 0's for a grouped
-// receive. Relayed downstream: the sizes WRITE, chunks as WRITE_WITH_IMM into its ring as
-// it frees slots, and a 0-byte WRITE_WITH_IMM carrying kRelayLastChunk.
+bool RelayFwdComm::postDownTicket(const Op& op, bool noData, bool* failed) {
+  const FifoSlot* slots = ctrl()->fifo[op.slot];
+  uint64_t depth = relayRingDepth(slots[0].relayRing);
+  uint32_t chunk = relayRingChunk(slots[0].relayRing);
+  if (depth == 0 || depth > static_cast<uint64_t>(kRelayMaxDepth) || chunk != chunk_) {
+    fail("the next relay's staging ring (NCCL_MESH_RELAY_CHUNK " + std::to_string(chunk) + ", depth " +
+             std::to_string(depth) + ") does not take this relay's pieces of " + std::to_string(chunk_) +
+             " bytes: set NCCL_MESH_RELAY_CHUNK the same on every node",
+         ncclInvalidUsage);
+    *failed = true;
+    return true;
+  }
+  if (downPosted_ - __atomic_load_n(&ctrl()->relayReleased, __ATOMIC_ACQUIRE) >= depth) return false;
+  int q = static_cast<int>(downPosted_ % static_cast<uint64_t>(nqps_));
+  const Qp& qp = qps_[q];
+  int sizes = sizesDue_[op.slot];  // the group's entry count while its sizes are due
+  if (qp.credits < (sizes > 0 ? 2 : 1)) return false;
+  int count = 0;
+  if (sizes > 0) {
+    ibv_sge& sge = sges_[count];
+    ibv_send_wr& wr = wrs_[count++];
+    sge = ibv_sge{reinterpret_cast<uintptr_t>(ctrl()->sizesStage[op.slot]),
+                  static_cast<uint32_t>(sizes * sizeof(uint64_t)), devs_[qp.devSlot].ctrlMr->lkey};
+    wr = ibv_send_wr();
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = remoteSizes(qp.link, op.slot);
+    wr.wr.rdma.rkey = links_[qp.link].remoteRkey;
+  }
+  ibv_sge& sge = sges_[count];
+  ibv_send_wr& wr = wrs_[count++];
+  wr = ibv_send_wr();
+  sge = ibv_sge{reinterpret_cast<uintptr_t>(ringBase_ + op.ringOff), op.len,
+                noData ? 0u : ringMr_[qp.devSlot]->lkey};
+  wr.sg_list = noData ? nullptr : &sge;
+  wr.num_sge = noData ? 0 : 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htonl(relayImm(downPosted_, noData || op.last, noData));
+  wr.wr.rdma.remote_addr = slots[0].addr + (downPosted_ % depth) * chunk;
+  wr.wr.rdma.rkey = slots[0].rkeys[qp.link];
+  // A piece's completion frees its leg ticket; the no-data ticket's needs nothing.
+  wr.wr_id = noData ? encodeWrId(WrId{WrKind::SendFinal, static_cast<uint8_t>(q), op.slot, 0})
+                    : encodeWrId(WrId{WrKind::SendBatch, static_cast<uint8_t>(q),
+                                      static_cast<uint16_t>(op.ticket % kRelayMaxDepth), 0});
+  ++downPosted_;
+  sizesDue_[op.slot] = 0;
+  *failed = postBatch(q, count) != ncclSuccess;
+  return true;
+}
+
+// One queued op. Direct C: each piece a WRITE on the hop's QPs in turn (the piece count
+// picks the QP, so every link of the hop carries its share), then what a direct sender's
+// final WRs are (comm.h, step 3): the immediate on every QP after its pieces, the sizes
+// array with QP 0's for a grouped receive. Relayed downstream: every piece a ticket into its
+// ring (postDownTicket), the group's last one marked, or one no-data ticket for a group
+// without bytes.
 bool RelayFwdComm::postOp(const Op& op, bool* failed) {
   const FifoSlot* slots = ctrl()->fifo[op.slot];
-  const Qp& qp0 = qps_[0];
   bool down = relayedSlot(op.slot);
-  int need = op.kind == Op::Kind::Finish && !down ? nqps_ : 1;
-  for (int q = 0; q < need; ++q) {
-    if (qps_[q].credits < 1) return false;
+  if (down) {
+    if (op.kind == Op::Kind::Chunk) return postDownTicket(op, false, failed);
+    if (op.last) return true;  // its last piece carried kRelayLast
+    return postDownTicket(op, true, failed);
   }
   ibv_sge sge{};
   ibv_send_wr wr{};
-  switch (op.kind) {
-    case Op::Kind::Sizes:
-      sge.addr = reinterpret_cast<uintptr_t>(ctrl()->sizesStage[op.slot]);
-      sge.length = static_cast<uint32_t>(op.n * sizeof(uint64_t));
-      sge.lkey = devs_[qp0.devSlot].ctrlMr->lkey;
-      wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.wr.rdma.remote_addr = remoteSizes(qp0.link, op.slot);
-      wr.wr.rdma.rkey = links_[qp0.link].remoteRkey;
-      wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, op.slot, 0});
-      *failed = postOne(0, wr, sge) != ncclSuccess;
-      return true;
-    case Op::Kind::Chunk: {
-      sge.addr = reinterpret_cast<uintptr_t>(ringBase_ + op.ringOff);
-      sge.length = op.len;
-      sge.lkey = ringMr_[qp0.devSlot]->lkey;
-      wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, 0, op.slot, 0});
-      if (!down) {
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.wr.rdma.remote_addr = slots[op.entry].addr + op.off;
-        wr.wr.rdma.rkey = slots[op.entry].rkeys[qp0.link];
-        *failed = postOne(0, wr, sge) != ncclSuccess;
-        return true;
-      }
-      uint64_t depth = relayRingDepth(slots[0].relayRing);
-      uint32_t chunk = relayRingChunk(slots[0].relayRing);
-      if (op.len > chunk || depth == 0) {
-        fail("the next relay's NCCL_MESH_RELAY_CHUNK is smaller than ours (set it the same on every node)",
-             ncclInvalidUsage);
-        *failed = true;
-        return true;
-      }
-      if (downPosted_ - __atomic_load_n(&ctrl()->relayReleased, __ATOMIC_ACQUIRE) >= depth) return false;
-      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      wr.imm_data = htonl(op.len);
-      wr.wr.rdma.remote_addr = slots[0].addr + (downPosted_ % depth) * chunk;
-      wr.wr.rdma.rkey = slots[0].rkeys[qp0.link];
-      ++downPosted_;
-      *failed = postOne(0, wr, sge) != ncclSuccess;
-      return true;
-    }
-    case Op::Kind::Finish:
-      break;
-  }
-  if (down) {
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data = htonl(kRelayLastChunk);
-    wr.wr.rdma.remote_addr = slots[0].addr;
-    wr.wr.rdma.rkey = slots[0].rkeys[qp0.link];
-    wr.wr_id = encodeWrId(WrId{WrKind::SendFinal, 0, op.slot, 0});
-    *failed = postOne(0, wr, sge) != ncclSuccess;
+  if (op.kind == Op::Kind::Chunk) {
+    int q = static_cast<int>(hopPieces_ % static_cast<uint64_t>(nqps_));
+    const Qp& qp = qps_[q];
+    if (qp.credits < 1) return false;
+    sge.addr = reinterpret_cast<uintptr_t>(ringBase_ + op.ringOff);
+    sge.length = op.len;
+    sge.lkey = ringMr_[qp.devSlot]->lkey;
+    wr.wr_id = encodeWrId(WrId{WrKind::SendBatch, static_cast<uint8_t>(q),
+                               static_cast<uint16_t>(op.ticket % kRelayMaxDepth), 0});
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = slots[op.entry].addr + op.off;
+    wr.wr.rdma.rkey = slots[op.entry].rkeys[qp.link];
+    ++hopPieces_;
+    *failed = postOne(q, wr, sge) != ncclSuccess;
     return true;
+  }
+  for (int q = 0; q < nqps_; ++q) {
+    if (qps_[q].credits < 1) return false;
   }
   bool viaSizes = sizesViaArray(op.n, ctrl()->sizesStage[op.slot][0]);
   for (int q = 0; q < nqps_; ++q) {
@@ -288,13 +341,13 @@ bool RelayFwdComm::idle() const {
   return true;
 }
 
-// Every WR is signaled (postOne posts batches of one); chunk WRITEs on QP 0 complete in
-// order, so their count is the number of ring slots free again.
+// Every batch is signaled (a piece, or the sizes and a piece); a piece's completion, on
+// whichever QP, frees its leg ticket (in ticket order: ticketDone).
 void RelayFwdComm::onCompletion(const ibv_wc& wc) {
   WrId id = decodeWrId(wc.wr_id);
   if (id.qp >= nqps_) return;
   returnCredits(id.qp);
-  if (id.kind == WrKind::SendBatch && id.qp == 0) ++released_;
+  if (id.kind == WrKind::SendBatch) ticketDone(id.index);  // ticket % kRelayMaxDepth is all it needs
 }
 
 // --- RelayLink --------------------------------------------------------------------------------
@@ -329,9 +382,9 @@ ncclResult_t RelayLink::step(bool* active) {
     ++forwardSeq_;
     *active = true;
   }
-  MESH_CHECK(leg_->poll([&](uint32_t imm) {
+  MESH_CHECK(leg_->poll([&](uint32_t imm, uint64_t ticket) {
     *active = true;
-    return onChunk(imm);
+    return onTicket(imm, ticket);
   }));
   if (fwd_->released() > releasedSent_) {
     uint64_t released = fwd_->released();
@@ -358,7 +411,7 @@ ncclResult_t RelayLink::step(bool* active) {
       *active = true;  // one more round: completions the close overtook
       return ncclSuccess;
     }
-    if (!*active && ringRecv_ == fwd_->released() && !haveSizes_ && fwd_->idle()) {
+    if (!*active && leg_->ticketsTaken() == fwd_->released() && !haveSizes_ && fwd_->idle()) {
       closedCleanly_ = true;
       error_ = "the sender closed the connection";
       return ncclRemoteError;
@@ -369,7 +422,10 @@ ncclResult_t RelayLink::step(bool* active) {
   return fwd_->checkAlive("while relaying");
 }
 
-ncclResult_t RelayLink::onChunk(uint32_t imm) {
+// Tickets come here in order. The group's pieces are the entries' bytes cut into chunk-sized
+// pieces in order, as the sender cut them (comm.h), so each data ticket's entry, offset and
+// length follow from the sizes; a ticket that does not fit them breaks the protocol.
+ncclResult_t RelayLink::onTicket(uint32_t imm, uint64_t ticket) {
   int slot = static_cast<int>(dataSeq_ % kFifoDepth);
   if (dataSeq_ >= forwardSeq_) {
     error_ = "the sender wrote a chunk for a receive that was never posted";
@@ -380,7 +436,15 @@ ncclResult_t RelayLink::onChunk(uint32_t imm) {
     error_ = "the receiver's FIFO slot changed under a group in flight";
     return ncclRemoteError;
   }
+  const uint32_t chunk = leg_->geometry().chunk;
+  auto skipFinished = [&] {
+    while (entry_ < n_ && off_ >= sizes_[entry_]) {
+      ++entry_;
+      off_ = 0;
+    }
+  };
   if (!haveSizes_) {
+    bytesLeft_ = 0;
     for (int r = 0; r < n_; ++r) {
       sizes_[r] = leg_->groupSize(slot, r);
       if (sizes_[r] > posted[r].size) {
@@ -388,39 +452,41 @@ ncclResult_t RelayLink::onChunk(uint32_t imm) {
                  " bytes the receiver posted";
         return ncclRemoteError;
       }
+      bytesLeft_ += sizes_[r];
     }
     entry_ = 0;
     off_ = 0;
     haveSizes_ = true;
     MESH_CHECK(fwd_->beginGroup(slot, n_, sizes_));
   }
-  uint32_t len = imm & ~kRelayLastChunk;
-  if (len > 0) {
-    while (entry_ < n_ && off_ >= sizes_[entry_]) {
-      ++entry_;
-      off_ = 0;
-    }
-    if (entry_ >= n_ || off_ + len > sizes_[entry_] || len > leg_->geometry().chunk) {
-      error_ = "the sender wrote more bytes than its sizes announced";
-      return ncclRemoteError;
-    }
-    uint64_t ringOff = (ringRecv_ % leg_->geometry().depth) * uint64_t{leg_->geometry().chunk};
-    MESH_CHECK(fwd_->writeChunk(slot, entry_, off_, ringOff, len));
-    ++ringRecv_;
-    off_ += len;
-    bytes_ += len;
-  }
-  if ((imm & kRelayLastChunk) != 0) {
-    // Every announced byte must have come.
-    while (entry_ < n_ && off_ >= sizes_[entry_]) {
-      ++entry_;
-      off_ = 0;
-    }
-    if (entry_ != n_) {
+  bool last = (imm & kRelayLast) != 0;
+  bool hadBytes = bytesLeft_ > 0 || off_ > 0 || entry_ > 0;
+  if ((imm & kRelayNoData) != 0) {
+    if (!last || bytesLeft_ > 0) {
       error_ = "the sender ended a group before all its bytes came";
       return ncclRemoteError;
     }
-    MESH_CHECK(fwd_->finishGroup(slot, n_, sizes_));
+    fwd_->ticketDone(ticket);
+  } else {
+    skipFinished();
+    if (entry_ >= n_) {
+      error_ = "the sender wrote more bytes than its sizes announced";
+      return ncclRemoteError;
+    }
+    uint32_t len = static_cast<uint32_t>(relayPieceBytes(sizes_[entry_], off_, chunk));
+    bytesLeft_ -= len;
+    if (last != (bytesLeft_ == 0)) {
+      error_ = last ? "the sender ended a group before all its bytes came"
+                    : "the sender's pieces do not match the sizes it announced";
+      return ncclRemoteError;
+    }
+    uint64_t ringOff = (ticket % leg_->geometry().depth) * uint64_t{chunk};
+    MESH_CHECK(fwd_->writeChunk(slot, entry_, off_, ringOff, len, ticket, last));
+    off_ += len;
+    bytes_ += len;
+  }
+  if (last) {
+    MESH_CHECK(fwd_->finishGroup(slot, n_, sizes_, hadBytes));
     ++dataSeq_;
     haveSizes_ = false;
   }

@@ -261,7 +261,7 @@ bool RelayService::stepSession(Session& s) {
       if (legConn == nullptr) return true;
       auto* leg = static_cast<RelayLegComm*>(legConn.get());
       auto* fwd = static_cast<RelayFwdComm*>(s.fwd.get());
-      if (fwd->registerRing(leg->ring(), leg->geometry().ringBytes()) != ncclSuccess) {
+      if (fwd->registerRing(leg->ring(), leg->geometry().ringBytes(), leg->geometry().chunk) != ncclSuccess) {
         hs_->closeControl(leg->control);
         return false;
       }

@@ -43,9 +43,11 @@ const ScenarioInfo kScenarios[] = {
      "[--pairs 4] [--count 262144] [--iters 2]  ring all-reduce, exact check"},
     {"links", runLinks, {"size", "min-share"},
      "[--size 4M] [--min-share 0.1]  2 nodes, vmesh --links 2: striping on both rxe devices"},
-    {"functions", runFunctions, {"count", "tolerance"},
+    {"functions", runFunctions, {"count", "tolerance", "relayed"},
      "[--count 24] [--tolerance 0.1]  fabric-net --functions 2: every function of every cable end\n"
-     "                  carries an equal share both ways (per-device byte counters), data exact"},
+     "                  carries an equal share both ways (per-device byte counters), data exact\n"
+     "                  [--relayed]  4-node ring, NCCL_MESH_RELAY=auto: ranks 0 <-> 2 through a relay,\n"
+     "                  every function of both legs an equal share"},
     {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds"},
      "[--algo ring|tree|alltoall|contention] [--bytes 64M] [--channels 4] [--slice 512K] [--iters 3]\n"
      "                  [--warmup 1] [--ceiling B/s] [--seconds 3]  NCCL's collectives pipelined as NCCL runs\n"

@@ -53,6 +53,7 @@ std::vector<Op> exchangeOps(Context& ctx, const CommTable& t, std::vector<int> p
                             HostBuffer& in, const std::vector<size_t>& sizes, int perSize,
                             std::vector<void*>* mhs) {
   std::vector<Op> ops;
+  if (peers.empty()) return ops;  // a relay (--relayed) only forwards
   size_t stride = out.size() / peers.size();
   for (size_t p = 0; p < peers.size(); ++p) {
     int peer = peers[p];
@@ -80,17 +81,28 @@ std::vector<Op> exchangeOps(Context& ctx, const CommTable& t, std::vector<int> p
 
 }  // namespace
 
+// --relayed (a 4-node ring, NCCL_MESH_RELAY=auto): ranks 0 and 2, which no cable joins,
+// exchange through a relay, and every cable that carried the relayed stream (both legs: at
+// the ends and at the relay) must show each of its functions with an equal share. Ranks 1
+// and 3 only relay; at least one of them must have carried the stream on both its cables.
 std::string runFunctions(Context& ctx) {
   requireNodes(ctx, 0);
   double tolerance = ctx.opts.real("tolerance", 0.10);
   int perSize = static_cast<int>(ctx.opts.integer("count", 24));
+  bool relayed = ctx.opts.has("relayed");
   const std::vector<size_t> sizes = {4096, 65536, 1 << 20};
   std::vector<int> peers = {ctx.next()};
   if (ctx.nodes > 2 && ctx.prev() != ctx.next()) peers.push_back(ctx.prev());
   std::sort(peers.begin(), peers.end());
+  std::vector<int> cables = peers;  // the neighbours whose cables are counted
+  if (relayed) {
+    if (ctx.nodes != 4 || ctx.topology != "ring") fail("functions --relayed needs a 4-node ring (--topology ring)");
+    peers.clear();
+    if (ctx.rank % 2 == 0) peers.push_back(ctx.next(2));
+  }
   std::map<int, std::vector<std::string>> devs;
   std::map<int, std::vector<DeviceBytes>> before;
-  for (int peer : peers) {
+  for (int peer : cables) {
     devs[peer] = labDevicesTowards(peer);
     if (devs[peer].size() < 2) {
       fail("functions needs two devices per cable end towards rank %d (scripts/fabric-net --functions 2); found %zu",
@@ -117,19 +129,41 @@ std::string runFunctions(Context& ctx) {
     if (!bad.empty()) fail("functions: data from rank %d corrupt: %s", peers[p], bad.c_str());
   }
   ctx.barrier("functions-moved");
-  RouteReport route = checkRouting(ctx, mark, std::set<int>(peers.begin(), peers.end()));
+  std::string routeText = "relayed";
+  if (!relayed) routeText = checkRouting(ctx, mark, std::set<int>(peers.begin(), peers.end())).describe();
   std::string table, problems;
-  for (int peer : peers) {
+  int busyCables = 0;
+  for (int peer : cables) {
     std::vector<DeviceBytes> after = readBytes(devs[peer]);
     std::vector<long> sent, rcvd;
+    long moved = 0;
     table += format(" peer%d:", peer);
     for (size_t i = 0; i < after.size(); ++i) {
       sent.push_back(after[i].sent - before[peer][i].sent);
       rcvd.push_back(after[i].rcvd - before[peer][i].rcvd);
+      moved += sent.back() + rcvd.back();
       table += format(" %s=+%ld/+%ld", after[i].dev.c_str(), sent.back(), rcvd.back());
     }
+    // Relayed: a cable the stream did not take carries only control traffic.
+    if (relayed && moved < static_cast<long>(perPeer)) continue;
+    ++busyCables;
     problems += shareProblems("sent", sent, tolerance, &table);
     problems += shareProblems("rcvd", rcvd, tolerance, &table);
+  }
+  if (relayed) {
+    ctx.rv->publish(format("functions-busy.%d", ctx.rank), std::to_string(busyCables));
+    if (ctx.rank == 0) {
+      int relays = 0;
+      for (int r : {1, 3}) {
+        if (std::stoi(ctx.rv->fetch(format("functions-busy.%d", r), ctx.deadline, "a relay's cable count")) == 2) ++relays;
+      }
+      if (relays < 1 || busyCables < 1) {
+        problems += format(" the relayed stream crossed %d relay(s) on both cables and %d of rank 0's cables;", relays,
+                           busyCables);
+      }
+      table += format(" relays=%d", relays);
+    }
+    ctx.barrier("functions-counted");
   }
   for (size_t i = 0; i < mhs.size(); i += 2) {
     int peer = peers[i / 2];
@@ -137,7 +171,7 @@ std::string runFunctions(Context& ctx) {
     deregHost(ctx, t[peer].recv[0], mhs[i + 1], "functions in");
   }
   closeAll(ctx, t);
-  std::string figures = format("seconds=%.3f route=[%s] bytes(sent/rcvd):%s", seconds, route.describe().c_str(),
+  std::string figures = format("seconds=%.3f route=[%s] bytes(sent/rcvd):%s", seconds, routeText.c_str(),
                                table.c_str());
   if (!problems.empty()) fail("functions: not an equal share per function:%s (%s)", problems.c_str(), figures.c_str());
   return figures;

@@ -23,6 +23,9 @@ fabric_scenario(links 2 60 --links 2 -- links)
 foreach(subnets shared split)
   fabric_scenario(functions_pair_${subnets} 2 60 --functions 2 --fn-subnets ${subnets} -- functions)
   fabric_scenario(functions_tri_${subnets} 3 60 --functions 2 --fn-subnets ${subnets} -- functions)
+  # A relayed pair: every function of both legs (issue 31).
+  fabric_scenario(functions_relay_ring4_${subnets} 4 90 --topology ring --functions 2 --fn-subnets ${subnets}
+                  --env NCCL_MESH_RELAY=auto -- functions --relayed)
 endforeach()
 fabric_scenario(close_inflight 2 60 -- close-inflight)
 fabric_scenario(demo_3 3 60 -- demo)

@@ -445,6 +445,7 @@ bool FakeRdma::execute(Qp* q) {
     remote += s.length;
   }
   if (wr.opcode == IBV_WR_RDMA_READ) ++reads_[q->device];
+  if (wr.opcode != IBV_WR_RDMA_READ) written_[q->qp.qp_num] += len;
   if (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     ibv_wc wc{};
     wc.wr_id = peer->rq.front();

@@ -77,6 +77,11 @@ class FakeRdma {
   int trafficClass(uint32_t qpn) const;            // GRH traffic class set at RTR, -1 if none
   int serviceLevel(uint32_t qpn) const;
   int readsExecuted(const std::string& device) const;  // RDMA READs run by QPs on `device`
+  // Bytes QP `qpn` has written (RDMA WRITE and WRITE_WITH_IMM) so far.
+  uint64_t bytesWritten(uint32_t qpn) const {
+    auto it = written_.find(qpn);
+    return it == written_.end() ? 0 : it->second;
+  }
   size_t liveQps() const;
   size_t liveCqs() const;
   size_t liveMrs() const;
@@ -133,6 +138,7 @@ class FakeRdma {
   std::map<ibv_cq*, std::unique_ptr<Cq>> cqs_;
   std::map<uint32_t, std::unique_ptr<Mr>> mrs_;   // by lkey
   std::map<std::string, int> reads_;
+  std::map<uint32_t, uint64_t> written_;
   std::vector<std::string> events_;
   uint32_t nextQpn_ = 0x100;
   uint32_t nextKey_ = 0x10;

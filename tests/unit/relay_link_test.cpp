@@ -70,7 +70,7 @@ class RelayChain {
     for (int i = 1; i <= relays; ++i) {
       auto* leg = static_cast<RelayLegComm*>(receivers[i - 1].release());
       auto* fwd = static_cast<RelayFwdComm*>(senders[i].release());
-      EXPECT_EQ(fwd->registerRing(leg->ring(), geo.ringBytes()), ncclSuccess);
+      EXPECT_EQ(fwd->registerRing(leg->ring(), geo.ringBytes(), geo.chunk), ncclSuccess);
       links_.push_back(std::make_unique<RelayLink>(std::unique_ptr<RelayLegComm>(leg),
                                                    std::unique_ptr<RelayFwdComm>(fwd), "test"));
     }
@@ -186,27 +186,58 @@ void exchange(RelayChain& chain, size_t sendSize, size_t recvSize, uint32_t seed
   }
 }
 
+// With several QPs per link (both functions of a Spark cable are two links, each its QPs)
+// tickets land out of order at the relay, which must put them back in order.
 TEST(RelayLink, SizesAroundTheChunkArriveByteExact) {
-  FakeRdma fake;
-  RelayGeometry geo{4, 4096};
-  RelayChain chain(fake, geo);
-  std::mt19937 rng(1);
-  uint32_t seed = 1;
-  for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{3 * 4096 + 5},
-                      size_t{64 * 4096 + 3}}) {
-    exchange(chain, size, size, seed++, &rng);
+  for (int qps : {1, 2, 3}) {
+    FakeRdma fake;
+    RelayGeometry geo{4, 4096};
+    RelayChain chain(fake, geo, qps);
+    std::mt19937 rng(1 + qps);
+    uint32_t seed = 1;
+    for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{3 * 4096 + 5},
+                        size_t{64 * 4096 + 3}}) {
+      SCOPED_TRACE("qps " + std::to_string(qps) + ", size " + std::to_string(size));
+      exchange(chain, size, size, seed++, &rng);
+    }
   }
 }
 
 TEST(RelayLink, TwoRelaysInARowCarrySizesAroundTheChunkAndGroups) {
-  FakeRdma fake;
-  RelayChain chain(fake, RelayGeometry{3, 4096}, 1, 2);
-  std::mt19937 rng(11);
-  uint32_t seed = 1;
-  for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{40 * 4096 + 3}}) {
-    exchange(chain, size, size, seed++, &rng);
+  for (int qps : {1, 2, 3}) {
+    FakeRdma fake;
+    RelayChain chain(fake, RelayGeometry{3, 4096}, qps, 2);
+    std::mt19937 rng(11 + qps);
+    uint32_t seed = 1;
+    for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{40 * 4096 + 3}}) {
+      SCOPED_TRACE("qps " + std::to_string(qps) + ", size " + std::to_string(size));
+      exchange(chain, size, size, seed++, &rng);
+    }
+    exchange(chain, 20000, 9000, seed++, &rng);
   }
-  exchange(chain, 20000, 9000, seed++, &rng);
+}
+
+// Every QP of both legs carries an equal share of a relayed stream's bytes: tickets are
+// striped over the sender's QPs, and the relay's pieces over its hop's QPs.
+TEST(RelayLink, EveryQpOfBothLegsCarriesItsShare) {
+  for (int qps : {2, 4}) {
+    FakeRdma fake;
+    RelayChain chain(fake, RelayGeometry{8, 4096}, qps);
+    std::mt19937 rng(21 + qps);
+    constexpr size_t kSize = 96 * 4096;
+    for (uint32_t i = 0; i < 4; ++i) exchange(chain, kSize, kSize, 500 + i, &rng);
+    for (const char* dev : {"a0", "r1d1"}) {
+      std::vector<uint32_t> qpns = fake.qpnsOn(dev);
+      ASSERT_EQ(qpns.size(), static_cast<size_t>(qps)) << dev;
+      uint64_t total = 0;
+      for (uint32_t qpn : qpns) total += fake.bytesWritten(qpn);
+      EXPECT_GE(total, 4 * kSize) << dev;
+      for (uint32_t qpn : qpns) {
+        double share = static_cast<double>(fake.bytesWritten(qpn)) / static_cast<double>(total);
+        EXPECT_NEAR(share, 1.0 / qps, 0.02) << dev << " QP " << qpn << " of " << qps;
+      }
+    }
+  }
 }
 
 TEST(RelayLink, OversizeSendIsTruncatedToTheFinalReceiversBuffer) {
@@ -272,9 +303,9 @@ TEST(RelayLink, GroupedReceiveWithShuffledTags) {
   }
 }
 
-void manyMessages(int relays) {
+void manyMessages(int relays, int qps = 1) {
   FakeRdma fake;
-  RelayChain chain(fake, RelayGeometry{4, 1024}, 1, relays);
+  RelayChain chain(fake, RelayGeometry{4, 1024}, qps, relays);
   std::mt19937 rng(5);
   constexpr int kCount = 300;
   constexpr int kWindow = 16;
@@ -315,6 +346,8 @@ void manyMessages(int relays) {
 
 TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) { manyMessages(1); }
 TEST(RelayLink, ManyMessagesInOrderThroughTwoRelays) { manyMessages(2); }
+TEST(RelayLink, ManyMessagesOverThreeQpsInOrder) { manyMessages(1, 3); }
+TEST(RelayLink, ManyMessagesOverTwoQpsThroughTwoRelays) { manyMessages(2, 2); }
 
 }  // namespace
 }  // namespace fake

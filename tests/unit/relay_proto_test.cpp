@@ -244,8 +244,10 @@ TEST(RelayProto, HeaderChecksAndFraming) {
   EXPECT_EQ(relayMessageLength(bad.data(), bad.size(), &error), -1);
   EXPECT_EQ(error, "relay: bad magic 0x314c524c, not an nccl-mesh relay message");
   bad = b;
-  bad[4] = 2;
-  EXPECT_NE(parseError(bad).find("relay protocol version 2, this build speaks 1"), std::string::npos);
+  bad[4] = static_cast<uint8_t>(kRelayVersion + 1);
+  EXPECT_NE(parseError(bad).find("relay protocol version " + std::to_string(kRelayVersion + 1) + ", this build speaks " +
+                                 std::to_string(kRelayVersion)),
+            std::string::npos);
   bad = b;
   bad[6] = 4;
   EXPECT_EQ(parseError(bad), "relay: unknown message type 4");

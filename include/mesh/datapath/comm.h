@@ -132,9 +132,34 @@ struct SendCtrl {
 inline uint64_t relayRingWord(uint32_t depth, uint32_t chunk) { return (uint64_t{depth} << 32) | chunk; }
 inline uint32_t relayRingDepth(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 inline uint32_t relayRingChunk(uint64_t v) { return static_cast<uint32_t>(v); }
-// Immediate of a chunk written into a relay's staging ring: its byte count (a chunk with
-// bytes takes the next ring slot), plus kRelayLastChunk on the group's last WR.
-constexpr uint32_t kRelayLastChunk = 0x80000000u;
+// Tickets (docs/DESIGN-notes.md, "Relay"). Every WRITE_WITH_IMM a sender posts into a relay's
+// staging ring is a ticket: its k-th (k = 0, 1, ...) takes ring slot k % depth and needs
+// k - released < depth (SendCtrl::relayReleased: tickets the relay has freed, in order).
+// Tickets are striped over every QP of the comm (ticket k on QP k % nqps), so they may land
+// out of order; the immediate names the ticket (k mod 2^16), so the relay puts them back in
+// order, and says whether it carries bytes and whether it ends its group. A data ticket's
+// length is not sent: both ends cut every entry of a group into chunk-sized pieces in
+// order (the last piece of an entry shorter), so the relay derives it from the group's
+// sizes, which the sender writes on the QP of the group's first ticket just before it.
+// A group's last data ticket carries kRelayLast; a group without bytes is one ticket with
+// kRelayNoData | kRelayLast.
+constexpr uint32_t kRelayLast = 0x80000000u;
+constexpr uint32_t kRelayNoData = 0x40000000u;
+constexpr uint32_t kRelayTicketMask = 0xffffu;
+constexpr int kRelayMaxDepth = 64;  // NCCL_MESH_RELAY_DEPTH's maximum: tickets in flight per leg
+inline uint32_t relayImm(uint64_t ticket, bool last, bool noData) {
+  return static_cast<uint32_t>(ticket & kRelayTicketMask) | (last ? kRelayLast : 0u) | (noData ? kRelayNoData : 0u);
+}
+// The ticket an immediate names, given the oldest ticket not yet taken (`base`): tickets in
+// flight are within [base, base + depth), depth <= kRelayMaxDepth < 2^16.
+inline uint64_t relayTicket(uint32_t imm, uint64_t base) {
+  return base + ((static_cast<uint64_t>(imm & kRelayTicketMask) - base) & kRelayTicketMask);
+}
+// The bytes of data ticket number `piece` of a group's entry of `size` bytes cut into
+// `chunk`-byte pieces: the same walk on both ends of a leg.
+inline uint64_t relayPieceBytes(uint64_t size, uint64_t off, uint32_t chunk) {
+  return size - off < chunk ? size - off : chunk;
+}
 
 // Whether a group's final immediate is kImmViaSizes with the sizes array on QP 0 (a grouped
 // receive, or one size that does not fit the 31-bit immediate), or the size itself.
@@ -322,7 +347,9 @@ class SendComm : public Comm {
     int nreqs = 0;        // 0: slot idle
     int assigned = 0;
     int pendingQps = 0;   // final WRs not yet completed
-    bool relaySizesPosted = false;  // relayed: the sizes WRITE that precedes the chunks
+    bool relaySizesPosted = false;  // relayed: the sizes WRITE that precedes the first ticket
+    int relayLastData = -1;         // relayed: the last entry with bytes (-1: none)
+    uint32_t relayFinalsLeft = 0;   // relayed: QPs still owed their SendFinal (bit q)
     Request* reqs[kGroupMax] = {};
     Cursor cursor[kMaxQps];
   };
@@ -341,7 +368,7 @@ class SendComm : public Comm {
   void shareOf(const Request* r, int q, size_t* lo, size_t* hi) const;
 
   Group groups_[kFifoDepth];
-  uint64_t ringPosted_ = 0;  // relayed: chunks written into the relay's ring so far
+  uint64_t ringPosted_ = 0;  // relayed: tickets written into the relay's ring so far
   int postQueue_[kFifoDepth] = {};
   int postHead_ = 0, postCount_ = 0;
   bool warnedTruncation_ = false;

@@ -10,11 +10,14 @@
 // Receiver-driven end to end: C's FIFO slots land in the RelayFwdComm; B copies each group
 // (tags, sizes, count) into A's FIFO with its ring's geometry (FifoSlot::relayRing), so A's
 // isend is NULL until C posted, matches C's tags and truncates to C's sizes. A writes the
-// group's sizes, then its bytes chunk by chunk into ring slots (WRITE_WITH_IMM each); B
-// writes each chunk straight into C's posted buffer at its offset and frees the slot when
-// that WRITE completed (an 8-byte WRITE of the released count into A's SendCtrl); after the
-// last chunk B writes the final immediates (and the sizes array) C expects. GPU memory
-// stays at the ends; B touches only its host staging ring.
+// group's sizes, then its bytes as tickets (comm.h): chunk-sized pieces, each a
+// WRITE_WITH_IMM into the next ring slot, striped over every QP of the leg (every link:
+// both functions of a Spark cable). B takes the tickets in order whatever order they land
+// in, writes each piece straight into C's posted buffer at its offset (over every QP of the
+// hop, too) and frees ring slots in ticket order as those WRITEs complete (an 8-byte WRITE
+// of the released count into A's SendCtrl); after the last piece B writes the final
+// immediates (and the sizes array) C expects. GPU memory stays at the ends; B touches only
+// its host staging ring, and never copies a byte with the CPU.
 //
 // Threads: a RelayLink and its two comms belong to the relay service's thread.
 #pragma once
@@ -48,24 +51,31 @@ class RelayLegComm : public Comm {
   ncclResult_t sendReleased(uint64_t released, bool* posted);
   // The sizes A wrote for the group in `slot` (valid once its first chunk's immediate came).
   uint64_t groupSize(int slot, int entry) const;
-  // Polls the CQ; the immediates that arrived, in order, are handed to onChunk.
+  // Polls the CQ; the tickets that arrived are handed to onTicket(imm, ticket) in ticket
+  // order, each as soon as every earlier one has been handed over.
   template <typename F>
-  ncclResult_t poll(F&& onChunk) {
+  ncclResult_t poll(F&& onTicket) {
     MESH_CHECK(progress());
-    while (chunkHead_ != chunkTail_) {
-      uint32_t imm = chunks_[chunkHead_ % kChunkQueue];
-      ++chunkHead_;
-      MESH_CHECK(onChunk(imm));
-      MESH_CHECK(postRecv());  // the receive that immediate used, back
+    for (;;) {
+      Arrival& a = arrived_[next_ % kRelayMaxDepth];
+      if (!a.valid) break;
+      a.valid = false;
+      uint64_t ticket = next_++;
+      MESH_CHECK(onTicket(a.imm, ticket));
+      MESH_CHECK(postRecv(a.qp));  // the receive that ticket used, back on its QP
     }
     return failure_;
   }
+  // Tickets handed over so far.
+  uint64_t ticketsTaken() const { return next_; }
   ncclResult_t failure() const { return failure_; }
   ncclResult_t checkAlive(const char* doing) { return checkPeer(doing); }
   const std::string& failureText() const { return failureText_; }
 
  private:
-  static constexpr int kChunkQueue = kRecvQueueDepth;
+  // Receives kept posted on every QP: any QP may carry every ticket in flight.
+  static constexpr int kChunkQueue = kRelayMaxDepth;
+  static_assert(kChunkQueue <= kRecvQueueDepth, "a receive for every ticket in flight on one QP");
   struct Ctrl {
     RecvCtrl recv;                   // sizes[] written by A; stage[] our FIFO copies
     alignas(64) uint64_t releasedStage;
@@ -76,11 +86,16 @@ class RelayLegComm : public Comm {
   void describeCtrl(uint64_t* addr) const override;
   void onCompletion(const ibv_wc& wc) override;
   ncclResult_t activateExtra() override;
-  ncclResult_t postRecv();
+  ncclResult_t postRecv(int q);
 
+  struct Arrival {
+    bool valid = false;
+    uint8_t qp = 0;
+    uint32_t imm = 0;
+  };
   RelayGeometry geometry_;
-  uint32_t chunks_[kChunkQueue] = {};
-  uint64_t chunkHead_ = 0, chunkTail_ = 0;
+  Arrival arrived_[kRelayMaxDepth];  // by ticket % kRelayMaxDepth
+  uint64_t next_ = 0;                // the next ticket to hand over
 };
 
 // B's sender to C.
@@ -90,24 +105,32 @@ class RelayFwdComm : public SendComm {
   ~RelayFwdComm() override;
 
   // Registers the leg's staging ring on this comm's devices (B's two legs may sit on
-  // different NICs).
-  ncclResult_t registerRing(void* base, size_t bytes);
+  // different NICs); `chunk` is the leg's piece size, which a relayed downstream must share.
+  ncclResult_t registerRing(void* base, size_t bytes, uint32_t chunk);
   // C's group for sequence `seq` once every entry of it has landed; else nullptr.
   const FifoSlot* peekGroup(uint64_t seq, int* n);
   // The downstream receiver is C itself (direct) or the next relay's leg (relayed: its FIFO
   // slots carry a ring). Work is queued and posted in order by pump(); a relayed downstream
   // takes chunks only as its ring frees slots, like a relayed A (datapath_send.cpp).
-  // A group's sizes, known at its first chunk (relayed downstream: written ahead of it).
+  // A group's sizes, known at its first ticket (relayed downstream: written just ahead of
+  // the group's first ticket there, on that ticket's QP).
   ncclResult_t beginGroup(int slot, int n, const uint64_t* sizes);
-  // Writes `len` bytes at ring offset `ringOff` into entry `entry` of C's slot at `off`.
-  ncclResult_t writeChunk(int slot, int entry, uint64_t off, uint64_t ringOff, uint32_t len);
-  // The group's final immediates (and its sizes array when C needs one).
-  ncclResult_t finishGroup(int slot, int n, const uint64_t* sizes);
+  // Writes `len` bytes at ring offset `ringOff` (the leg's ticket `ticket`) into entry
+  // `entry` of C's slot at `off`; `last`: the group's last piece. The ticket is freed when
+  // that WRITE has completed.
+  ncclResult_t writeChunk(int slot, int entry, uint64_t off, uint64_t ringOff, uint32_t len, uint64_t ticket,
+                          bool last);
+  // The group's end: C's final immediates (and its sizes array when C needs one); a relayed
+  // downstream's no-data ticket when the group had no bytes (else its last piece said it).
+  ncclResult_t finishGroup(int slot, int n, const uint64_t* sizes, bool hadBytes);
+  // A leg ticket that carried no bytes is free at once (in ticket order with the others).
+  void ticketDone(uint64_t ticket);
   // Posts queued work as credits allow.
   ncclResult_t pump();
   ncclResult_t pollCompletions() { return progress(); }
   // Every WR posted has completed.
   bool idle() const;
+  // Leg tickets freed, in order (monotonic): what the leg's sender may reuse.
   uint64_t released() const { return released_; }
   ncclResult_t failure() const { return failure_; }
   ncclResult_t checkAlive(const char* doing) { return checkPeer(doing); }
@@ -119,23 +142,31 @@ class RelayFwdComm : public SendComm {
   void releaseExtra() override;
   ncclResult_t postOne(int q, ibv_send_wr wr, ibv_sge sge);
   struct Op {
-    enum class Kind : uint8_t { Sizes, Chunk, Finish } kind = Kind::Chunk;
+    enum class Kind : uint8_t { Chunk, Finish } kind = Kind::Chunk;
     uint8_t entry = 0;
     uint16_t slot = 0;
+    bool last = false;      // Chunk: the group's last piece; Finish: the group had bytes
     int n = 0;
     uint32_t len = 0;
-    uint64_t off = 0, ringOff = 0;
+    uint64_t off = 0, ringOff = 0, ticket = 0;
   };
   ncclResult_t enqueue(const Op& op);
   // false: not now (credits); *failed when the op is impossible.
   bool postOp(const Op& op, bool* failed);
+  // A relayed downstream: one ticket (a piece, or no data) into its ring on the QP its
+  // number picks, the group's sizes first when it is the group's first.
+  bool postDownTicket(const Op& op, bool noData, bool* failed);
 
-  static constexpr uint32_t kOpQueue = 256;  // > ring slots (64) + 2 ops x 32 groups
+  static constexpr uint32_t kOpQueue = 256;  // > ring slots (64) + 1 op x 32 groups
   Op ops_[kOpQueue];
   uint32_t opHead_ = 0, opTail_ = 0;
-  uint64_t downPosted_ = 0;  // chunks written into the downstream relay's ring
+  uint64_t downPosted_ = 0;  // tickets written into the downstream relay's ring
+  int sizesDue_[kFifoDepth] = {};  // relayed downstream: the group's entry count while its sizes are unwritten
+  uint64_t hopPieces_ = 0;   // direct downstream: pieces written (their QP: this % nqps)
   ibv_mr* ringMr_[kMaxLinks] = {};
   uint8_t* ringBase_ = nullptr;
+  uint32_t chunk_ = 0;
+  bool done_[kRelayMaxDepth] = {};  // leg tickets whose WRITE completed, by ticket % depth
   uint64_t released_ = 0;
 };
 
@@ -160,7 +191,7 @@ class RelayLink {
   uint64_t bytesRelayed() const { return bytes_; }
 
  private:
-  ncclResult_t onChunk(uint32_t imm);
+  ncclResult_t onTicket(uint32_t imm, uint64_t ticket);
 
   std::unique_ptr<RelayLegComm> leg_;
   std::unique_ptr<RelayFwdComm> fwd_;
@@ -172,7 +203,7 @@ class RelayLink {
   uint64_t sizes_[kGroupMax] = {};
   int entry_ = 0;
   uint64_t off_ = 0;
-  uint64_t ringRecv_ = 0;     // chunks received into the ring
+  uint64_t bytesLeft_ = 0;    // of the group in flight, not yet taken
   uint64_t releasedSent_ = 0;
   uint64_t bytes_ = 0;
   std::string error_;

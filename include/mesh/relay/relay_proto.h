@@ -39,7 +39,9 @@
 namespace mesh {
 
 constexpr uint32_t kRelayMagic = 0x314c524du;  // "MRL1" as little-endian bytes
-constexpr uint16_t kRelayVersion = 1;
+// 2: relayed data as tickets striped over every QP of a leg (comm.h); a version-1 relay
+// would read a ticket's immediate as a byte count.
+constexpr uint16_t kRelayVersion = 2;
 constexpr size_t kRelayHeaderSize = 16;
 constexpr size_t kRelayHelloPrefix = 12;
 constexpr size_t kRelayHelloAddrSize = 6;
