@@ -250,6 +250,12 @@ std::vector<Setting> buildTable() {
                     "The rdma-core verbs library to dlopen (soname or path), for a "
                     "non-default rdma-core install",
                     &Config::ibverbsLib),
+      stringSetting("NCCL_MESH_CUDA_LIB", "libcuda.so.1",
+                    "The CUDA driver library asked whether the GPUs support GPUDirect RDMA "
+                    "and DMA-BUF (soname or path); where none does (DGX Spark's GB10) the "
+                    "plugin offers host memory only; a library that does not load leaves "
+                    "the NIC's answer",
+                    &Config::cudaLib),
       stringSetting("NCCL_MESH_HCA", "",
                     "RDMA devices/ports to use, in NCCL_IB_HCA syntax: prefix match, "
                     "'=' exact names, '^' exclude, 'dev:port' one port (e.g. "

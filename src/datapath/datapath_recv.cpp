@@ -21,6 +21,7 @@ void RecvComm::describeCtrl(uint64_t* addr) const {
 // after every earlier write that NIC placed, which is what NCCL needs. Data striped over
 // several links lands through several NICs, so the flush reads through each of them.
 ncclResult_t RecvComm::createExtra() {
+  if (!settings_.flushQps) return ncclSuccess;  // host memory only: nothing to flush
   QpCaps caps;
   caps.maxSendWr = kFlushQueueDepth;
   caps.maxRecvWr = 1;
@@ -33,7 +34,7 @@ ncclResult_t RecvComm::createExtra() {
 }
 
 ncclResult_t RecvComm::activateExtra() {
-  for (int s = 0; s < ndevs_; ++s) {
+  for (int s = 0; s < ndevs_ && settings_.flushQps; ++s) {
     DevSlot& d = devs_[s];
     const Link& l = links_[d.firstLink];
     QpRemote self;
@@ -120,6 +121,8 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MrHandle* co
   }
   // Host memory needs no flush; neither does GPU memory when NCCL says so.
   if (last < 0 || settings_.gdrFlushDisable || !(gpu || settings_.forceFlush)) return ncclSuccess;
+  MESH_REQUIRE(settings_.flushQps, ncclInternalError,
+               "iflush of GPU memory on a node whose GPUs support no GPUDirect (host memory only)");
   // kFlushQueueDepth >= kRequestPool: a free request guarantees a free flush WR.
   Request* req = allocRequest(Request::Kind::Flush);
   MESH_REQUIRE(req != nullptr, ncclInternalError, "iflush: all %d requests of the comm are in flight", kRequestPool);

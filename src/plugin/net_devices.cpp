@@ -124,4 +124,31 @@ std::vector<NetDevice> makeNetDevices(const std::vector<MeshPort>& ports, const 
   return out;
 }
 
+GpuDirectDecision decideGpuDirect(const GpuCaps& gpus, bool nicGdr, bool nicDmabuf) {
+  GpuDirectDecision d;
+  d.cuda = nicGdr;
+  d.dmabuf = nicDmabuf;
+  if (!gpus.known()) return d;
+  d.cuda = nicGdr && gpus.anyGdr();
+  d.dmabuf = nicDmabuf && gpus.anyDmabuf();
+  if (!gpus.anyGdr() && !gpus.anyDmabuf()) {
+    d.hostOnly = true;
+    d.flushQps = false;
+    d.info = "GPUDirect: no GPU here supports GPUDirect RDMA or DMA-BUF (" + gpus.describe() +
+             "), so the plugin offers host memory only and NCCL stages through host buffers; this is expected "
+             "on this hardware (DGX Spark's GB10 shares the host's memory and runs at full speed this way)";
+  } else if (d.cuda != nicGdr || d.dmabuf != nicDmabuf) {
+    d.info = std::string("GPUDirect: the GPUs allow ") + (d.cuda ? "GPUDirect RDMA" : "") +
+             (d.cuda && d.dmabuf ? " and " : "") + (d.dmabuf ? "DMA-BUF" : "") + " (" + gpus.describe() + ")";
+  }
+  return d;
+}
+
+void applyGpuDirect(const GpuDirectDecision& d, std::vector<NetDevice>* devices) {
+  for (NetDevice& dev : *devices) {
+    if (!d.cuda) dev.ptrSupport &= ~kPtrCuda;
+    if (!d.dmabuf) dev.ptrSupport &= ~kPtrDmabuf;
+  }
+}
+
 }  // namespace mesh

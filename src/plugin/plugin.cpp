@@ -174,6 +174,27 @@ ncclResult_t Plugin::device(int dev, const NetDevice** out) const {
 void Plugin::buildNetDevices() {
   netDevices_ = makeNetDevices(discovery_.ports, config_);
   const std::vector<MeshPort>& ports = discovery_.ports;
+  flushQps_ = true;
+  if (!netDevices_.empty()) {
+    // The GPUs' side of GPUDirect (issue 32): on a GB10 the NIC's "yes" is not the answer.
+    gpus_ = queryGpuCaps(config_.cudaLib);
+    const GpuCaps& gpus = gpus_;
+    bool nicGdr = (netDevices_[0].ptrSupport & kPtrCuda) != 0;
+    bool nicDmabuf = (netDevices_[0].ptrSupport & kPtrDmabuf) != 0;
+    for (const NetDevice& d : netDevices_) {
+      nicGdr = nicGdr || (d.ptrSupport & kPtrCuda) != 0;
+      nicDmabuf = nicDmabuf || (d.ptrSupport & kPtrDmabuf) != 0;
+    }
+    GpuDirectDecision gd = decideGpuDirect(gpus, nicGdr, nicDmabuf);
+    applyGpuDirect(gd, &netDevices_);
+    flushQps_ = gd.flushQps;
+    if (!gd.info.empty()) {
+      MESH_INFO(NCCL_INIT | NCCL_NET, "%s", gd.info.c_str());
+    } else if (!gpus.known()) {
+      MESH_INFO(NCCL_INIT | NCCL_NET, "GPUDirect: the GPUs' answer is unknown (%s); the NIC's stands",
+                gpus.why.c_str());
+    }
+  }
   for (const NetDevice& d : netDevices_) {
     MESH_INFO(NCCL_INIT | NCCL_NET, "device %s: %zu port(s), speed %d Mbps, ptrSupport 0x%x, pciPath %s, guid 0x%llx",
               d.name.c_str(), d.ports.size(), d.speedMbps, d.ptrSupport,
@@ -201,6 +222,7 @@ CommSettings Plugin::commSettings() const {
   s.gidIndex = config_.gidIndex;
   s.forceFlush = config_.forceFlush;
   s.gdrFlushDisable = config_.gdrFlushDisable;
+  s.flushQps = flushQps_ || config_.forceFlush;
   s.tuning.timeout = config_.ibTimeout;
   s.tuning.retryCnt = config_.ibRetryCnt;
   s.tuning.rnrRetry = config_.ibRnrRetry;

@@ -182,8 +182,9 @@ constexpr int kBaseAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | I
 // The likely cause behind a failed registration, phrased as what to do about it.
 std::string registrationHint(MemKind kind, int err) {
   if (kind == MemKind::Cuda) {
-    return "; GPU memory registration needs the nvidia-peermem kernel module "
-           "(modprobe nvidia-peermem) or DMA-BUF";
+    return "; on a discrete GPU, GPU memory registration needs the nvidia-peermem kernel module "
+           "(modprobe nvidia-peermem) or DMA-BUF; a GPU without GPUDirect (DGX Spark's GB10) cannot be "
+           "registered at all, and NCCL stages through host memory there (nccl-mesh-info --doctor: gpudirect)";
   }
   if (kind == MemKind::Dmabuf) {
     return "; DMA-BUF registration needs kernel and driver support (Linux 5.12+, a provider "

@@ -240,6 +240,29 @@ CheckResult checkCma(const DoctorFacts& f) {
               "reboot), or boot a kernel without KHO on by default");
 }
 
+// What the GPUs say of GPUDirect (issue 32): never a FAIL, since NCCL runs either way (host
+// staging on a GB10 is its normal path); a WARN only where the GPUs would allow GPUDirect
+// and the NIC side is missing for it.
+CheckResult checkGpuDirect(const DoctorFacts& f) {
+  const GpuCaps& g = f.gpus;
+  if (!g.known()) {
+    return ok("gpudirect", "the GPUs' answer is unknown (" + g.why +
+                               "); the plugin goes by the NIC's (nvidia-peermem, the DMA-BUF probe)");
+  }
+  if (!g.anyGdr() && !g.anyDmabuf()) {
+    return ok("gpudirect", g.describe() + ": no GPUDirect here, so NCCL stages through host memory (cudaHostAlloc "
+                                          "buffers) and the plugin offers host memory only; this is how a DGX "
+                                          "Spark's GB10 runs at full speed, and nvidia-peermem is neither needed "
+                                          "nor able to load");
+  }
+  if (g.anyGdr() && !f.peermem && !g.anyDmabuf()) {
+    return warn("gpudirect", g.describe() + ": the GPUs allow GPUDirect RDMA but no nvidia-peermem module is loaded "
+                                            "and they export no DMA-BUF, so NCCL stages through host memory",
+                "modprobe nvidia-peermem (and load it at boot), or use a driver with DMA-BUF export");
+  }
+  return ok("gpudirect", g.describe() + (f.peermem ? "; nvidia-peermem loaded" : "; DMA-BUF"));
+}
+
 CheckResult checkRdmaCore(const DoctorFacts& f) {
   if (f.verbsError.empty()) return ok("rdma-core", "libibverbs loads (" + f.config.ibverbsLib + ")");
   return fail("rdma-core", f.verbsError,
@@ -258,6 +281,7 @@ std::vector<CheckResult> settingsChecks(const DoctorFacts& f) {
           checkIbSettings(f),
           checkMeshSettings(f),
           checkMemlock(f),
+          checkGpuDirect(f),
           checkCma(f),
           checkRdmaCore(f)};
 }

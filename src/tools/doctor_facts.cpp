@@ -224,6 +224,11 @@ DoctorFacts collectFacts(const DoctorSources& sources) {
   // The forked probes first: after verbs opens a device (the fabric's starts a thread), a
   // fork would copy a process with more than one thread.
   locateLibraries(sources, &facts);
+  if (sources.gpus) facts.gpus = sources.gpus(facts.config);
+  for (const char* f : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
+                        "/sys/module/nv_peer_mem/version"}) {
+    if (access((facts.root + f).c_str(), F_OK) == 0) facts.peermem = true;
+  }
   if (sources.loadVerbs) facts.verbsError = sources.loadVerbs(facts.config);
   readSysfsPorts(&facts);
   if (facts.ports.empty() && facts.verbsError.empty() && sources.verbsPorts) {

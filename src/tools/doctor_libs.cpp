@@ -235,6 +235,55 @@ LibProbe probeNcclInChild(const std::string& path, int timeoutMs) {
   return p;
 }
 
+GpuCaps probeGpusInChild(const std::string& library, int timeoutMs) {
+  std::string out, error;
+  bool ran = runInChild(
+      [&](int fd) {
+        GpuCaps c = queryGpuCaps(library);
+        std::string text;
+        if (!c.known()) {
+          text = "U " + c.why;
+        } else {
+          for (const GpuCaps::Gpu& g : c.gpus) {
+            text += "G " + std::to_string(g.gdr) + std::to_string(g.dmabuf) + std::to_string(g.integrated) + " " +
+                    g.name + "\n";
+          }
+        }
+        writeAll(fd, text);
+      },
+      timeoutMs, &out, &error);
+  GpuCaps caps;
+  caps.library = library;
+  if (!ran) {
+    caps.why = "asking " + library + ": " + error;
+    return caps;
+  }
+  if (out.rfind("U ", 0) == 0) {
+    caps.why = out.substr(2);
+    return caps;
+  }
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    std::string line = out.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.size() < 6 || line.rfind("G ", 0) != 0) continue;
+    GpuCaps::Gpu g;
+    g.gdr = line[2] == '1';
+    g.dmabuf = line[3] == '1';
+    g.integrated = line[4] == '1';
+    g.name = line.substr(6);
+    caps.gpus.push_back(g);
+  }
+  if (caps.gpus.empty()) {
+    caps.why = "no answer from the child";
+    return caps;
+  }
+  caps.state = GpuCaps::State::Known;
+  return caps;
+}
+
 LibProbe probePluginInChild(const std::string& nameOrPath, int timeoutMs) {
   LibProbe p;
   std::string out;

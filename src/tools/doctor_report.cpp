@@ -190,6 +190,7 @@ int runDoctor(const DoctorOptions& options) {
   src.probePlugin = [](const std::string& spec) { return probePluginInChild(spec, kProbeTimeoutMs); };
   src.loadVerbs = verbsLoadError;
   src.verbsPorts = verbsPortFacts;
+  src.gpus = [](const Config& c) { return probeGpusInChild(c.cudaLib, kProbeTimeoutMs); };
   DoctorFacts facts = collectFacts(src);
   std::vector<CheckResult> results = runChecks(facts);
   if (options.json) {

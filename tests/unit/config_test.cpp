@@ -333,7 +333,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         << "defaultText must be what describeConfig prints for Config{}";
   }
   for (const char* name :
-       {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_HCA", "NCCL_MESH_DEVICES", "NCCL_MESH_SPEED",
+       {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_CUDA_LIB", "NCCL_MESH_HCA", "NCCL_MESH_DEVICES", "NCCL_MESH_SPEED",
         "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_PEER_TIMEOUT_MS",
         "NCCL_MESH_IB_TIMEOUT",
         "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_SL",
@@ -344,7 +344,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_RELAY_MEM", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 29u);
+  EXPECT_EQ(names.size(), 30u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

@@ -291,5 +291,43 @@ TEST(DoctorHelpers, ChildProbesReportFailuresInsteadOfDying) {
   EXPECT_EQ(plugin.abiMask, 0);
 }
 
+// The GPUs' side of GPUDirect (issue 32): a GB10 is OK with the reason, never a FAIL; GPUs that
+// would allow GPUDirect RDMA without peermem and without DMA-BUF are a WARN; no driver is OK.
+TEST_F(DoctorTest, GpuDirectFollowsWhatTheGpusSay) {
+  GpuCaps gb10;
+  gb10.state = GpuCaps::State::Known;
+  gb10.gpus = {{"NVIDIA GB10", false, false, true}};
+  src_.gpus = [&](const Config&) { return gb10; };
+  CheckResult r = expectCheck("gpudirect", Verdict::Ok, "NVIDIA GB10: GPUDirect RDMA no, DMA-BUF no");
+  EXPECT_MENTIONS(r.found, "nvidia-peermem is neither needed nor able to load");
+  GpuCaps a100 = gb10;
+  a100.gpus = {{"A100", true, false, false}};
+  src_.gpus = [&](const Config&) { return a100; };
+  r = expectCheck("gpudirect", Verdict::Warn, "no nvidia-peermem module is loaded");
+  EXPECT_MENTIONS(r.fix, "modprobe nvidia-peermem");
+  put("sys/module/nvidia_peermem/version", "1.0");
+  expectCheck("gpudirect", Verdict::Ok, "nvidia-peermem loaded");
+  src_.gpus = [](const Config&) {
+    GpuCaps none;
+    none.why = "cannot load libcuda.so.1";
+    return none;
+  };
+  expectCheck("gpudirect", Verdict::Ok, "unknown (cannot load libcuda.so.1)");
+}
+
+TEST(DoctorHelpers, GpuProbeRunsTheDriverInAChild) {
+  setenv("MESH_FAKE_CUDA_GPUS", "NVIDIA GB10:gdr=0:dmabuf=0:integrated=1,H100:gdr=1:dmabuf=1", 1);
+  GpuCaps c = probeGpusInChild(MESH_CUDA_STANDIN, 5000);
+  unsetenv("MESH_FAKE_CUDA_GPUS");
+  ASSERT_TRUE(c.known()) << c.why;
+  ASSERT_EQ(c.gpus.size(), 2u);
+  EXPECT_EQ(c.gpus[0].name, "NVIDIA GB10");
+  EXPECT_TRUE(c.gpus[0].integrated);
+  EXPECT_TRUE(c.gpus[1].gdr && c.gpus[1].dmabuf);
+  GpuCaps missing = probeGpusInChild("/nonexistent/libcuda.so.1", 5000);
+  EXPECT_FALSE(missing.known());
+  EXPECT_MENTIONS(missing.why, "cannot load /nonexistent/libcuda.so.1");
+}
+
 }  // namespace
 }  // namespace mesh

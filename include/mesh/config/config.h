@@ -23,6 +23,7 @@ enum class RelayMode { Off, Auto };
 
 struct Config {
   std::string ibverbsLib = "libibverbs.so.1";  // NCCL_MESH_IBVERBS_LIB
+  std::string cudaLib = "libcuda.so.1";        // NCCL_MESH_CUDA_LIB
   std::string hca;                             // NCCL_MESH_HCA (NCCL_IB_HCA syntax)
   DeviceMode devices = DeviceMode::Node;       // NCCL_MESH_DEVICES = node | port
   int speedMbps = 0;                           // NCCL_MESH_SPEED, 0: from the port

@@ -200,6 +200,7 @@ struct CommSettings {
   int gidIndex = -1;             // NCCL_MESH_GID_INDEX: forced GID index, -1 per address
   bool forceFlush = false;       // flush host memory too (tests)
   bool gdrFlushDisable = false;
+  bool flushQps = true;          // receivers create GPUDirect flush QPs (false: host memory only)
   int envTrafficClass = -1;      // NCCL_MESH_IB_TC; -1: unset (see resolveTrafficClass)
   QpTuning tuning;               // trafficClass is resolved per connection
   const DataOps* ops = verbsDataOps();  // the data path's verbs calls (a fake in unit tests)

@@ -32,6 +32,7 @@
 
 #include "mesh/config/config.h"
 #include "mesh/discovery/nic_discovery.h"
+#include "mesh/platform/cuda_caps.h"
 
 namespace mesh {
 
@@ -75,5 +76,26 @@ int cableSpeedMbps(const std::vector<MeshPort>& ports, const std::vector<int>& c
 
 // True for two PCI paths of one Socket Direct port: equal bus:device.function, different domain.
 bool socketDirectSiblings(const std::string& pciPathA, const std::string& pciPathB);
+
+// The GPU side of ptrSupport (issue 32). The NIC side (a peermem module, a DMA-BUF probe)
+// says whether the NIC could reach GPU memory; the CUDA driver says whether the GPUs let it.
+// On a DGX Spark the NIC says yes to DMA-BUF and the GB10 says no to both: NCCL then stages
+// through host memory, at full speed, and a plugin that offered CUDA or DMA-BUF memory would
+// only mislead (and its hints would send users after nvidia-peermem, which cannot load there).
+//  - the driver's answer unknown (no libcuda, no GPU): the NIC's answer, as before;
+//  - known: CUDA only if the NIC has peermem and some GPU supports GPUDirect RDMA; DMA-BUF
+//    only if the NIC does and some GPU supports DMA-BUF export;
+//  - no GPU supports either: host memory only, no flush QPs (nothing to flush), and one
+//    INFO line saying NCCL stages through host memory, which is expected on this hardware.
+struct GpuDirectDecision {
+  bool cuda = false;
+  bool dmabuf = false;
+  bool flushQps = true;     // receive comms need GPUDirect flush QPs
+  bool hostOnly = false;    // the GPUs rule out GPUDirect here
+  std::string info;         // the INFO line; empty when the NIC's answer stands
+};
+GpuDirectDecision decideGpuDirect(const GpuCaps& gpus, bool nicGdr, bool nicDmabuf);
+// ptrSupport of every device after `d`.
+void applyGpuDirect(const GpuDirectDecision& d, std::vector<NetDevice>* devices);
 
 }  // namespace mesh

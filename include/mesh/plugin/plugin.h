@@ -59,6 +59,8 @@ class Plugin {
   // "2.28.9 (ncclGetVersion in <lib>)": the NCCL that called init, as its log line says; empty
   // when unknown. Set in init, before the recorder starts (its header carries it).
   const std::string& loaderNccl() const { return loaderNccl_; }
+  // What the GPUs said about GPUDirect RDMA and DMA-BUF at init (net_devices.h, decideGpuDirect).
+  const GpuCaps& gpus() const { return gpus_; }
   const VerbsApi& verbs() const { return verbs_; }
   const Discovery& discovery() const { return discovery_; }
   Reactor& reactor() { return reactor_; }
@@ -98,6 +100,8 @@ class Plugin {
   VerbsApi verbs_;
   Discovery discovery_;
   std::vector<NetDevice> netDevices_;
+  bool flushQps_ = true;       // receive comms get GPUDirect flush QPs (decideGpuDirect)
+  GpuCaps gpus_;               // the CUDA driver's answer at init (unknown without one)
   Reactor reactor_;
   std::unique_ptr<MrRegistry> registry_;
   std::vector<std::unique_ptr<RdmaTransport>> transports_;

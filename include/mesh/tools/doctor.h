@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mesh/config/config.h"
+#include "mesh/platform/cuda_caps.h"
 #include "mesh/discovery/nic_discovery.h"
 #include "mesh/platform/ipv4.h"
 #include "mesh/platform/sysinfo.h"
@@ -110,6 +111,8 @@ struct DoctorFacts {
   LibProbe plugin;
   LibProbe ncclTorch;
   LibProbe ncclSystem;
+  GpuCaps gpus;                // the CUDA driver's GPUDirect answers (unknown without a driver)
+  bool peermem = false;        // an nvidia-peermem (or nv_peer_mem) module is loaded
   int nodes = 0;               // --nodes: the job's node count; 0 unknown
   const NetIf* netif(const std::string& name) const;
   const SettingSource* setting(const std::string& name) const;  // nullptr: unset or empty
@@ -132,6 +135,8 @@ struct DoctorSources {
   std::function<std::string(const Config&)> loadVerbs;
   // The ports verbs lists, where sysfs lists no RDMA device; *note says why none.
   std::function<std::vector<PortFact>(const Config&, std::string* note)> verbsPorts;
+  // What the CUDA driver (Config::cudaLib) says of the GPUs' GPUDirect support.
+  std::function<GpuCaps(const Config&)> gpus;
 };
 
 DoctorFacts collectFacts(const DoctorSources& sources);
@@ -167,6 +172,9 @@ bool namesMeshPlugin(const std::string& entry);
 LibProbe probeNcclInChild(const std::string& path, int timeoutMs);
 LibProbe probePluginInChild(const std::string& nameOrPath, int timeoutMs);
 std::vector<std::string> pythonSysPath(int timeoutMs, std::string* error);
+// queryGpuCaps in a forked child with a deadline (a driver that hangs or crashes is a result,
+// and this process never initializes CUDA).
+GpuCaps probeGpusInChild(const std::string& library, int timeoutMs);
 
 // --- checks and report ------------------------------------------------------------------------
 std::vector<CheckResult> runChecks(const DoctorFacts& facts);

@@ -93,8 +93,10 @@ class Table {
 void printPorts(const mesh::Discovery& d) {
   printf("RDMA ports usable by the mesh: %zu\n", d.ports.size());
   if (d.ports.empty()) return;
-  Table t({"PORT", "NETDEV", "STATE", "ADDRESS", "GID IDX", "GID", "MTU", "SPEED", "GDR",
-           "DMA-BUF", "GUID", "PCI PATH"});
+  // GDR and DMA-BUF are the NIC's side (a peermem module, a DMA-BUF probe); whether the GPUs
+  // allow them is printed with the NCCL devices.
+  Table t({"PORT", "NETDEV", "STATE", "ADDRESS", "GID IDX", "GID", "MTU", "SPEED", "NIC GDR",
+           "NIC DMA-BUF", "GUID", "PCI PATH"});
   for (const mesh::MeshPort& p : d.ports) {
     for (const mesh::PortAddress& a : p.addrs) {
       t.add({p.device + ":" + std::to_string(p.port), p.netdev, "ACTIVE",
@@ -148,6 +150,12 @@ void printDevices(const mesh::Plugin& plugin) {
            std::to_string(dev->maxRecvs), std::to_string(dev->maxComms)});
   }
   t.print();
+  const mesh::GpuCaps& gpus = plugin.gpus();
+  printf("GPUs (GPUDirect as the CUDA driver answers): %s\n", gpus.describe().c_str());
+  if (gpus.known() && !gpus.anyGdr() && !gpus.anyDmabuf()) {
+    printf("  no GPU supports GPUDirect RDMA or DMA-BUF: host memory only; NCCL stages through host buffers\n"
+           "  (expected on a DGX Spark's GB10, whose GPU shares the host's memory)\n");
+  }
 }
 
 std::string routeText(const mesh::Route& r, const mesh::Discovery& d) {

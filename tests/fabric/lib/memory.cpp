@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -195,8 +196,12 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t len, uint64_t iova, unsi
 }
 
 // Host memory only: no DMA-BUF (EOPNOTSUPP is what NCCL and the plugin probe for).
+// MESHFAB_DMABUF_PROBE=ebadf answers as a NIC with DMA-BUF support answers a probe with fd
+// -1 (a DGX Spark's ConnectX-7): EBADF. Registration still fails: tests of what the plugin
+// offers NCCL (the GPU side decides, issue 32) never register such memory.
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
-  errno = EOPNOTSUPP;
+  const char* probe = getenv("MESHFAB_DMABUF_PROBE");
+  errno = probe != nullptr && strcmp(probe, "ebadf") == 0 ? EBADF : EOPNOTSUPP;
   return nullptr;
 }
 
