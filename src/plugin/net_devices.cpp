@@ -21,30 +21,6 @@ NetDevice fromPort(const MeshPort& p, const Config& config) {
   return d;
 }
 
-// The PCI address a sysfs device path ends in ("0002:01:00.1"), split at the domain.
-bool splitPciAddress(const std::string& path, std::string* domain, std::string* rest) {
-  std::string last = path.substr(path.find_last_of('/') + 1);
-  size_t colon = last.find(':');
-  if (colon == std::string::npos || last.find('.') == std::string::npos || last.size() < 12) return false;
-  *domain = last.substr(0, colon);
-  *rest = last.substr(colon + 1);
-  return true;
-}
-
-bool shareSubnet(const MeshPort& a, const MeshPort& b) {
-  for (const PortAddress& x : a.addrs) {
-    for (const PortAddress& y : b.addrs) {
-      if (onSameLink(x.ip, y.ip)) return true;
-    }
-  }
-  return false;
-}
-
-int findRoot(std::vector<int>& parent, int i) {
-  while (parent[i] != i) i = parent[i] = parent[parent[i]];
-  return i;
-}
-
 // One device for the node. Its speed is one cable's (all its functions): NCCL sizes channels
 // per device, and any one peer is normally reached over a single cable.
 NetDevice nodeDevice(const std::vector<MeshPort>& ports, const Config& config) {
@@ -66,32 +42,16 @@ NetDevice nodeDevice(const std::vector<MeshPort>& ports, const Config& config) {
 
 }  // namespace
 
-bool socketDirectSiblings(const std::string& pciPathA, const std::string& pciPathB) {
-  std::string da, ra, db, rb;
-  return splitPciAddress(pciPathA, &da, &ra) && splitPciAddress(pciPathB, &db, &rb) && ra == rb && da != db;
-}
-
 std::vector<std::vector<int>> cableGroups(const std::vector<MeshPort>& ports) {
-  std::vector<int> parent(ports.size());
-  for (size_t i = 0; i < ports.size(); ++i) parent[i] = static_cast<int>(i);
-  for (size_t i = 0; i < ports.size(); ++i) {
-    for (size_t j = i + 1; j < ports.size(); ++j) {
-      if (socketDirectSiblings(ports[i].pciPath, ports[j].pciPath) || shareSubnet(ports[i], ports[j])) {
-        parent[findRoot(parent, static_cast<int>(j))] = findRoot(parent, static_cast<int>(i));
-      }
-    }
+  std::vector<CableEnd> ends;
+  for (const MeshPort& p : ports) {
+    CableEnd e;
+    e.netdev = p.netdev;
+    e.pciPath = p.pciPath;
+    for (const PortAddress& a : p.addrs) e.addrs.push_back(a.ip);
+    ends.push_back(e);
   }
-  std::vector<std::vector<int>> groups;
-  std::vector<int> groupOfRoot(ports.size(), -1);
-  for (size_t i = 0; i < ports.size(); ++i) {
-    int root = findRoot(parent, static_cast<int>(i));
-    if (groupOfRoot[root] < 0) {
-      groupOfRoot[root] = static_cast<int>(groups.size());
-      groups.emplace_back();
-    }
-    groups[groupOfRoot[root]].push_back(static_cast<int>(i));
-  }
-  return groups;
+  return groupCableEnds(ends);
 }
 
 int cableSpeedMbps(const std::vector<MeshPort>& ports, const std::vector<int>& cable) {

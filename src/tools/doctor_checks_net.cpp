@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 
+#include "mesh/discovery/cables.h"
 #include "mesh/discovery/hca_filter.h"
 #include "mesh/platform/text.h"
 #include "mesh/tools/doctor.h"
@@ -39,14 +40,9 @@ std::vector<std::string> meshNetdevs(const DoctorFacts& f) {
   return out;
 }
 
-// The peer a netdev leads to, as far as its name tells: DGX Spark names the two PCIe functions
-// of one port alike but for the PCI domain (enp1s0f1np1, enP2p1s0f1np1), and this project's lab
-// and fabric name parallel links to node j p<j>, p<j>b, p<j>c. Other names stand alone.
-std::string cableKey(const std::string& netdev) {
-  if (netdev.rfind("enP", 0) == 0) {
-    size_t p = netdev.find('p', 3);
-    return p == std::string::npos ? netdev : "en" + netdev.substr(p);
-  }
+// The lab's parallel cables to node j are named p<j>, p<j>b, p<j>c, ...: one peer, several
+// cables (a cable's functions are grouped by mesh/discovery/cables.h, as the plugin does).
+std::string parallelLinkKey(const std::string& netdev) {
   size_t digits = netdev.find_first_not_of("0123456789", 1);
   bool labParallel = netdev.size() > 2 && netdev[0] == 'p' && digits == netdev.size() - 1 && digits > 1 &&
                      netdev.back() >= 'b' && netdev.back() <= 'h';
@@ -75,14 +71,28 @@ std::vector<Subnet> meshSubnets(const DoctorFacts& f) {
   return out;
 }
 
-// Peers this node is cabled to, as far as one node can tell: netdevs that share a subnet or
-// a cable (both functions of a Spark port) reach one peer.
-int cabledPeers(const std::vector<Subnet>& subnets) {
+// Peers this node is cabled to, as far as one node can tell: a cable's ends (its functions,
+// by the plugin's rule: PCI siblings, a shared subnet, Spark's and the fabric's names) reach
+// one peer, and so do the lab's parallel cables.
+int cabledPeers(const DoctorFacts& f, const std::vector<Subnet>& subnets) {
   std::vector<std::string> nodes;
   for (const Subnet& s : subnets) {
     for (const std::string& n : s.netdevs) {
       if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
     }
+  }
+  std::vector<CableEnd> ends;
+  for (const std::string& n : nodes) {
+    CableEnd e;
+    e.netdev = n;
+    auto pci = f.netdevPci.find(n);
+    if (pci != f.netdevPci.end()) e.pciPath = pci->second;
+    if (const NetIf* i = f.netif(n)) {
+      for (const Ipv4Prefix& a : i->ipv4) {
+        if (a.prefixLen < 32) e.addrs.push_back(a);
+      }
+    }
+    ends.push_back(e);
   }
   std::vector<size_t> parent(nodes.size());
   std::iota(parent.begin(), parent.end(), 0);
@@ -90,13 +100,12 @@ int cabledPeers(const std::vector<Subnet>& subnets) {
     while (parent[i] != i) i = parent[i] = parent[parent[i]];
     return i;
   };
-  auto index = [&](const std::string& n) { return static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin()); };
-  for (const Subnet& s : subnets) {
-    for (const std::string& n : s.netdevs) parent[find(index(n))] = find(index(s.netdevs[0]));
+  for (const std::vector<int>& cable : groupCableEnds(ends)) {
+    for (int i : cable) parent[find(static_cast<size_t>(i))] = find(static_cast<size_t>(cable[0]));
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (cableKey(nodes[i]) == cableKey(nodes[j])) parent[find(i)] = find(j);
+      if (parallelLinkKey(nodes[i]) == parallelLinkKey(nodes[j])) parent[find(i)] = find(j);
     }
   }
   std::set<size_t> roots;
@@ -374,7 +383,7 @@ CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets) {
 
 std::vector<CheckResult> networkChecks(const DoctorFacts& f) {
   std::vector<Subnet> subnets = meshSubnets(f);
-  int peers = cabledPeers(subnets);
+  int peers = cabledPeers(f, subnets);
   return {checkPorts(f),     checkMtu(f),      checkRoceGids(f),
           checkGidIndex(f),  checkArp(f),      checkRpFilter(f),
           checkSocketIfname(f, peers),          checkRelay(f, peers, subnets.size())};

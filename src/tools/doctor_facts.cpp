@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -236,6 +237,16 @@ DoctorFacts collectFacts(const DoctorSources& sources) {
     if (!facts.ports.empty()) facts.portsSource = "verbs";
   }
   if (sources.interfaces) facts.netifs = sources.interfaces();
+  // Each port's PCI device, for the cable grouping the plugin uses (mesh/discovery/cables.h).
+  for (const PortFact& p : facts.ports) {
+    if (p.netdev.empty()) continue;
+    char* real = realpath((facts.root + "/sys/class/net/" + p.netdev + "/device").c_str(), nullptr);
+    if (real == nullptr) continue;
+    std::string path = real;
+    free(real);
+    if (!facts.root.empty() && path.rfind(facts.root, 0) == 0) path = path.substr(facts.root.size());
+    facts.netdevPci[p.netdev] = path;
+  }
   readSysctls(&facts);
   return facts;
 }

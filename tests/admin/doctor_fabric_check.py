@@ -4,12 +4,14 @@
 its verdicts, its exit status, and that it changed nothing (the node's MTUs and ARP/rp_filter
 sysctls are the same before and after).
 
-  doctor_fabric_check.py INFO --nodes N [--case [VAR=VALUE,...] [--conf TEXT] [--expect CHECK=VERDICT]...]...
+  doctor_fabric_check.py INFO --nodes N [--case [VAR=VALUE,...] [--conf TEXT] [--expect CHECK=VERDICT]...
+                                         [--expect-text CHECK=TEXT]...]...
 
 Each --case runs the doctor once with the variables given added to (VALUE empty: removed
 from) the environment, and --conf TEXT written to a file named by NCCL_CONF_FILE. Checks not
 named by --expect must be OK, except those that depend on the machine rather than the mesh
 (which NCCL is installed, the shell's memlock limit, the kernel's CMA): those must be present.
+--expect-text: the check's finding must contain TEXT.
 Prints the doctor's text output prefixed by the case; exit 1 on any mismatch, with a line
 "FAIL doctor rank=R: ..." per mismatch.
 """
@@ -48,16 +50,19 @@ def parse_cases(argv):
     while i < len(argv):
         arg = argv[i]
         if arg == "--case":
-            current = {"env": {}, "conf": None, "expect": {}}
+            current = {"env": {}, "conf": None, "expect": {}, "text": {}}
             cases.append(current)
             if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 for item in filter(None, argv[i + 1].split(",")):
                     name, _, value = item.partition("=")
                     current["env"][name] = value
                 i += 1
-        elif arg in ("--conf", "--expect") and current is not None and i + 1 < len(argv):
+        elif arg in ("--conf", "--expect", "--expect-text") and current is not None and i + 1 < len(argv):
             if arg == "--conf":
                 current["conf"] = argv[i + 1].replace("\\n", "\n")
+            elif arg == "--expect-text":
+                name, _, text = argv[i + 1].partition("=")
+                current["text"][name] = text
             else:
                 name, _, verdict = argv[i + 1].partition("=")
                 current["expect"][name] = verdict
@@ -65,7 +70,7 @@ def parse_cases(argv):
         else:
             sys.exit("doctor_fabric_check: unexpected argument %r" % arg)
         i += 1
-    return cases or [{"env": {}, "conf": None, "expect": {}}]
+    return cases or [{"env": {}, "conf": None, "expect": {}, "text": {}}]
 
 
 def run_case(info, nodes, case, rank, label):
@@ -101,6 +106,10 @@ def run_case(info, nodes, case, rank, label):
     for name, verdict in case["expect"].items():
         if verdicts.get(name) != verdict:
             failures.append("%s: %s is %s, expected %s" % (label, name, verdicts.get(name), verdict))
+    found = {c["name"]: c.get("found", "") for c in report["checks"]}
+    for name, part in case["text"].items():
+        if part not in found.get(name, ""):
+            failures.append("%s: %s says %r, expected it to contain %r" % (label, name, found.get(name), part))
     for name, verdict in verdicts.items():
         if name not in case["expect"] and name not in MACHINE_DEPENDENT and verdict != "OK":
             failures.append("%s: %s is %s, expected OK" % (label, name, verdict))

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "mesh/config/config.h"
+#include "mesh/discovery/cables.h"
 #include "mesh/discovery/nic_discovery.h"
 #include "mesh/platform/cuda_caps.h"
 
@@ -60,13 +61,8 @@ struct NetDevice {
 // The devices NCCL sees for these ports under config.devices (none without ports).
 std::vector<NetDevice> makeNetDevices(const std::vector<MeshPort>& ports, const Config& config);
 
-// The cables of this node: ports that drive one wire, as port indexes, each group sorted, in
-// the order of their first port. Ports are one cable's functions when
-//  - they are one port's PCIe functions in Socket Direct (a DGX Spark port: the same
-//    bus:device.function in two PCI domains, e.g. 0000:01:00.1 and 0002:01:00.1), or
-//  - they have IPv4 addresses in one subnet (a switchless mesh gives every cable a subnet:
-//    two ports in one are the functions of one cable end, NVIDIA's Spark addressing).
-// Every other port is a cable of its own.
+// The cables of this node (mesh/discovery/cables.h, the one rule the doctor uses too), as
+// port indexes.
 std::vector<std::vector<int>> cableGroups(const std::vector<MeshPort>& ports);
 
 // What one peer can get through a cable: its functions together. Socket Direct functions
@@ -74,8 +70,6 @@ std::vector<std::vector<int>> cableGroups(const std::vector<MeshPort>& ports);
 // subnet add up.
 int cableSpeedMbps(const std::vector<MeshPort>& ports, const std::vector<int>& cable);
 
-// True for two PCI paths of one Socket Direct port: equal bus:device.function, different domain.
-bool socketDirectSiblings(const std::string& pciPathA, const std::string& pciPathB);
 
 // The GPU side of ptrSupport (issue 32). The NIC side (a peermem module, a DMA-BUF probe)
 // says whether the NIC could reach GPU memory; the CUDA driver says whether the GPUs let it.

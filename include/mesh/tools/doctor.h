@@ -106,6 +106,7 @@ struct DoctorFacts {
   std::string portsNote;       // why none (no device at all)
   std::vector<std::string> sysfsProblems;
   std::vector<NetIf> netifs;
+  std::map<std::string, std::string> netdevPci;  // a port's netdev -> its sysfs device path (realpath)
   std::map<std::string, int> sysctl;  // "all/rp_filter" -> value; absent: unreadable
   std::vector<std::string> sysctlProblems;
   LibProbe plugin;
