@@ -72,6 +72,12 @@ std::vector<int> Comm::localPorts() const {
   return out;
 }
 
+std::vector<int> Comm::deviceIndexes() const {
+  std::vector<int> out;
+  for (int s = 0; s < ndevs_; ++s) out.push_back(devs_[s].deviceIndex);
+  return out;
+}
+
 ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, HsMessage* local) {
   MESH_REQUIRE(!routes.empty() && routes.size() <= static_cast<size_t>(kMaxLinks), ncclInternalError,
                "connection needs 1..%d links, got %zu", kMaxLinks, routes.size());

@@ -54,6 +54,12 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   *out = nullptr;
   MESH_CHECK(checkPeer("before irecv"));  // an earlier failure, or a peer gone since
   MESH_REQUIRE(n >= 1 && n <= kGroupMax, ncclInvalidArgument, "irecv: n=%d (must be 1..%d)", n, kGroupMax);
+  for (int r = 0; r < n; ++r) {
+    MESH_REQUIRE(mh[r] == nullptr || sizes[r] == 0 || covers(mh[r]), ncclInvalidUsage,
+                 "irecv from %s: the memory handle of buffer %d was registered through another comm, on other "
+                 "RDMA devices (register through the comm that receives into it, as NCCL does)",
+                 peer.c_str(), r);
+  }
   int slot = static_cast<int>(seq_ % kFifoDepth);
   Qp& ctrlQp = qps_[0];
   if (slotOwner_[slot] != nullptr || ctrlQp.credits == 0) {

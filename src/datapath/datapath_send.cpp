@@ -79,6 +79,9 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
     size = slots[pos].size;
   }
   MESH_REQUIRE(size == 0 || mh != nullptr, ncclInvalidArgument, "isend of %zu bytes without a memory handle", size);
+  MESH_REQUIRE(size == 0 || covers(mh), ncclInvalidUsage,
+               "isend to %s: the memory handle was registered through another comm, on other RDMA devices "
+               "(register through the comm that sends it, as NCCL does)", peer.c_str());
   Request* req = allocRequest(Request::Kind::Send);
   if (req == nullptr) return ncclSuccess;  // every request in flight: NCCL retries
   req->data = static_cast<const char*>(data);

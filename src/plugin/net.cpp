@@ -41,6 +41,14 @@ ncclResult_t NetTables::forget(const void* comm, Kind kind, const char* what) {
   return ncclSuccess;
 }
 
+bool NetTables::isDataComm(const void* comm, Kind* kind) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(comm);
+  if (it == live_.end() || it->second.kind == Kind::Listen) return false;
+  *kind = it->second.kind;
+  return true;
+}
+
 int NetTables::sendsOnPort(int port) {
   std::lock_guard<std::mutex> lock(mutex_);
   int n = 0;
@@ -189,13 +197,21 @@ ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
   return ncclSuccess;
 }
 
-ncclResult_t netRegMr(void*, void* data, size_t size, int type, int dmabufFd, uint64_t offset,
+// On the devices of the comm NCCL registers through (its links' ports; a relayed comm's leg),
+// every device when the comm is not one of ours (mr_cache.h).
+ncclResult_t netRegMr(void* comm, void* data, size_t size, int type, int dmabufFd, uint64_t offset,
                       MrHandle** out) {
   MrRegistry* reg = Plugin::instance().registry();
   MESH_REQUIRE(reg != nullptr, ncclInvalidUsage, "regMr: no mesh device");
   MemKind kind = dmabufFd >= 0 ? MemKind::Dmabuf : (type == kPtrCuda ? MemKind::Cuda : MemKind::Host);
   MESH_REQUIRE(type == kPtrHost || type == kPtrCuda, ncclInvalidArgument, "regMr: unknown pointer type %d", type);
-  return reg->reg(data, size, kind, dmabufFd, offset, out);
+  std::vector<int> devices;
+  NetTables::Kind k;
+  if (Plugin::instance().tables().isDataComm(comm, &k)) {
+    devices = k == NetTables::Kind::Send ? static_cast<const SendComm*>(comm)->deviceIndexes()
+                                         : static_cast<const RecvComm*>(comm)->deviceIndexes();
+  }
+  return reg->reg(data, size, kind, dmabufFd, offset, devices, out);
 }
 
 ncclResult_t netDeregMr(MrHandle* handle) {

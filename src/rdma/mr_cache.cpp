@@ -123,7 +123,7 @@ const char* kindName(MemKind kind) {
 }  // namespace
 
 ncclResult_t MrRegistry::reg(void* data, size_t size, MemKind kind, int dmabufFd,
-                             uint64_t dmabufOffset, MrHandle** out) {
+                             uint64_t dmabufOffset, const std::vector<int>& devices, MrHandle** out) {
   if (out == nullptr || data == nullptr) {
     MESH_WARN("regMr: %s (data %p, size %zu)", out == nullptr ? "no output handle" : "null buffer",
               data, size);
@@ -137,24 +137,38 @@ ncclResult_t MrRegistry::reg(void* data, size_t size, MemKind kind, int dmabufFd
               ndevs, kMaxDevices);
     return ncclInternalError;
   }
+  std::vector<int> which = devices;
+  if (which.empty()) {
+    for (int d = 0; d < ndevs; ++d) which.push_back(d);
+  }
+  for (int d : which) {
+    if (d < 0 || d >= ndevs) {
+      MESH_WARN("regMr: device %d does not exist (%d devices)", d, ndevs);
+      return ncclInternalError;
+    }
+  }
   auto handle = std::make_unique<MrHandle>();
   handle->addr = reinterpret_cast<uintptr_t>(data);
   handle->size = size;
   handle->kind = kind;
-  for (int d = 0; d < ndevs; ++d) {
+  for (size_t i = 0; i < which.size(); ++i) {
+    int d = which[i];
+    if (handle->regs[d] != nullptr) continue;  // listed twice
     std::string error;
     ncclResult_t res = caches_[d]->acquire(handle->addr, size, kind, dmabufFd, dmabufOffset,
                                            &handle->regs[d], &error);
     if (res != ncclSuccess) {
       MESH_WARN("regMr of %s memory %p (%zu bytes) failed on device %d of %d: %s",
                 kindName(kind), data, size, d, ndevs, error.c_str());
-      // Every device or none: a handle missing one device would fail later, far from here.
-      for (int undo = d - 1; undo >= 0; --undo) caches_[undo]->release(handle->regs[undo]);
+      // Every device asked for or none: a handle missing one would fail later, far from here.
+      for (int undo = 0; undo < ndevs; ++undo) {
+        if (handle->regs[undo] != nullptr && undo != d) caches_[undo]->release(handle->regs[undo]);
+      }
       return ncclSystemError;
     }
     handle->lkey[d] = handle->regs[d]->lkey;
     handle->rkey[d] = handle->regs[d]->rkey;
-    handle->ndevs = d + 1;
+    ++handle->ndevs;
   }
   *out = handle.release();
   return ncclSuccess;
@@ -165,9 +179,9 @@ ncclResult_t MrRegistry::dereg(MrHandle* handle) {
     MESH_WARN("deregMr: null handle");
     return ncclInvalidArgument;
   }
-  // Reverse order of acquisition, and every device even if one complains.
-  for (int d = handle->ndevs - 1; d >= 0; --d) {
-    if (d < deviceCount()) caches_[d]->release(handle->regs[d]);
+  // Every device the handle covers, even if one complains.
+  for (int d = kMaxDevices - 1; d >= 0; --d) {
+    if (handle->regs[d] != nullptr && d < deviceCount()) caches_[d]->release(handle->regs[d]);
   }
   delete handle;
   return ncclSuccess;

@@ -92,6 +92,10 @@ const ScenarioInfo kScenarios[] = {
      "[--sizes 64K,1M,4M] [--bw-bytes 256M] [--window 8] [--lat-iters 1000]  ring >= 4 or line >= 3:\n"
      "                  [--idle-sleep-us 0] [--rounds 3]  rank 0 -> 1 (direct) against rank 0 -> 2 (relayed):\n"
      "                  8 B latency, bandwidth (best of the rounds), ratios; and 0 -> 1 with 1 -> 2 at once"},
+    {"registrations", runRegistrations, {"sizes", "count"},
+     "[--sizes 256K,4M,64M] [--count 5]  >= 2 nodes: rank 0 registers through its comm to rank 1\n"
+     "                  (only the devices towards it) and through no comm (every device): devices,\n"
+     "                  bytes pinned and the time of one regMr per size"},
     {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
      "--mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut [--count 200]\n"
      "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},

@@ -126,13 +126,20 @@ const char* const kLeakKeys[] = {"qp", "cq", "mr", "pd"};
 // The fabric's `rdma res show`: object counts of every live process on this node (netns).
 RdmaResources fabricResources() {
   RdmaResources r;
-  int files = meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&r](const meshfab::StatsFile& f) {
+  std::map<std::string, std::map<std::string, long>> byDevice;
+  int files = meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
     for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
       const meshfab::DevStats& d = f.dev[i];
-      for (int k = 0; k < meshfab::kResCount; ++k) r.total[meshfab::resName(k)] += d.res[k].load();
+      for (int k = 0; k < meshfab::kResCount; ++k) {
+        r.total[meshfab::resName(k)] += d.res[k].load();
+        byDevice[d.name][meshfab::resName(k)] += d.res[k].load();
+      }
     }
   });
-  for (const auto& kv : r.total) r.perDevice["fabric"] += format("%s %ld ", kv.first.c_str(), kv.second);
+  // Per device, as `rdma res show` lists them (this node's processes summed).
+  for (const auto& dev : byDevice) {
+    for (const auto& kv : dev.second) r.perDevice[dev.first] += format("%s %ld ", kv.first.c_str(), kv.second);
+  }
   if (files == 0) {
     r.error = format("no meshfab stats file of a live process under %s/stats", fabricDir());
     return r;

@@ -53,6 +53,7 @@ std::string runRelay(Context& ctx);
 std::string runPatterns(Context& ctx);
 // scenario_relay_bench.cpp
 std::string runRelayBench(Context& ctx);
+std::string runRegistrations(Context& ctx);
 
 // scenario_relay_faults.cpp
 std::string runRelayFaults(Context& ctx);

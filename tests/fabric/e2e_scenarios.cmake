@@ -27,6 +27,9 @@ foreach(subnets shared split)
   fabric_scenario(functions_relay_ring4_${subnets} 4 90 --topology ring --functions 2 --fn-subnets ${subnets}
                   --env NCCL_MESH_RELAY=auto -- functions --relayed)
 endforeach()
+# Registration where the connection runs (issue 32): a triangle of Spark cables, 4 devices per
+# node; a comm's registrations cover the 2 towards its peer.
+fabric_scenario(registrations_tri_spark 3 60 --functions 2 -- registrations --sizes 256K,4M --count 3)
 fabric_scenario(close_inflight 2 60 -- close-inflight)
 fabric_scenario(demo_3 3 60 -- demo)
 # The fabric has no spurious retransmissions (the lab keeps the default timeout 20, see

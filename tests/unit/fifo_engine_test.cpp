@@ -351,6 +351,31 @@ TEST_F(FifoEngine, CompletionsOutOfOrderAcrossQpsStayByteExact) {
   }
 }
 
+// A memory handle covers the devices of the comm it was registered through (mr_cache.h,
+// issue 32); using it on a comm over other devices is a clear error, never a send with a
+// zero key. NCCL registers through the comm that uses a buffer.
+TEST_F(FifoEngine, HandleFromAnotherCommsDevicesIsRefused) {
+  FifoPair p(fake_);
+  Buffer* dst = p.buffer(false, 64, 0xee);
+  Buffer* src = p.buffer(true, 64, 1);
+  dst->mh.regs[0] = nullptr;  // as if registered through a comm on another device
+  void* data[1] = {dst->data()};
+  size_t sizes[1] = {64};
+  int tags[1] = {0};
+  MrHandle* mh[1] = {&dst->mh};
+  Request* r = nullptr;
+  EXPECT_EQ(p.receiver()->irecv(1, data, sizes, tags, mh, &r), ncclInvalidUsage);
+  EXPECT_EQ(r, nullptr);
+  EXPECT_NE(warnings_.last().find("registered through another comm"), std::string::npos) << warnings_.last();
+  dst->mh.regs[0] = &dst->regs[0];
+  ASSERT_EQ(p.receiver()->irecv(1, data, sizes, tags, mh, &r), ncclSuccess);
+  fake_.run();
+  src->mh.regs[0] = nullptr;
+  Request* s = nullptr;
+  EXPECT_EQ(p.sender()->isend(src->data(), 64, 0, &src->mh, &s), ncclInvalidUsage);
+  EXPECT_EQ(s, nullptr);
+}
+
 }  // namespace
 }  // namespace fake
 }  // namespace mesh

@@ -107,6 +107,8 @@ std::unique_ptr<Buffer> makeBuffer(FakeRdma& fake, const Discovery& disc, size_t
     b->mrs.push_back(mr);
     b->mh.lkey[d] = mr->lkey;
     b->mh.rkey[d] = mr->rkey;
+    b->regs[d] = Registration{mr, mr->lkey, mr->rkey};
+    b->mh.regs[d] = &b->regs[d];
   }
   return b;
 }

@@ -37,6 +37,7 @@ struct Buffer {
   std::vector<uint8_t> bytes;
   MrHandle mh;
   std::vector<ibv_mr*> mrs;
+  Registration regs[kMaxDevices];  // what mh.regs point at (the fake's keys)
   uint8_t* data() { return bytes.data(); }
 };
 

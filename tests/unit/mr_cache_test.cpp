@@ -329,7 +329,7 @@ TEST(MrRegistry, RegistersOnEveryDeviceWithItsOwnKeys) {
   ASSERT_EQ(registry.deviceCount(), 3);
   std::vector<char> buf(10000);
   MrHandle* h = nullptr;
-  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, &h), ncclSuccess);
+  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {}, &h), ncclSuccess);
   ASSERT_NE(h, nullptr);
   EXPECT_EQ(h->ndevs, 3);
   EXPECT_EQ(h->addr, reinterpret_cast<uintptr_t>(buf.data()));
@@ -344,7 +344,7 @@ TEST(MrRegistry, RegistersOnEveryDeviceWithItsOwnKeys) {
   }
   // The second registration of a sub-range is a hit on every device, with the same keys.
   MrHandle* sub = nullptr;
-  ASSERT_EQ(registry.reg(buf.data() + 100, 100, MemKind::Host, -1, 0, &sub), ncclSuccess);
+  ASSERT_EQ(registry.reg(buf.data() + 100, 100, MemKind::Host, -1, 0, {}, &sub), ncclSuccess);
   for (int d = 0; d < 3; ++d) {
     EXPECT_EQ(sub->lkey[d], h->lkey[d]);
     EXPECT_EQ(registry.cache(d).hits(), 1u);
@@ -357,13 +357,40 @@ TEST(MrRegistry, RegistersOnEveryDeviceWithItsOwnKeys) {
   }
 }
 
+// A comm's registration covers its own devices only (issue 32: four registrations of every
+// buffer on a node with two Spark cables); another comm on a shared device hits the cache.
+TEST(MrRegistry, RegistersOnTheCommsDevicesOnly) {
+  ThreeDevices fake;
+  MrRegistry registry(fake.registrars());
+  std::vector<char> buf(10000);
+  MrHandle* a = nullptr;
+  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {0, 2}, &a), ncclSuccess);
+  EXPECT_EQ(a->ndevs, 2);
+  EXPECT_NE(a->regs[0], nullptr);
+  EXPECT_EQ(a->regs[1], nullptr);
+  EXPECT_NE(a->regs[2], nullptr);
+  EXPECT_EQ(fake.devs[0].regs() + fake.devs[1].regs() + fake.devs[2].regs(), 2);
+  MrHandle* b = nullptr;
+  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {2, 1}, &b), ncclSuccess);
+  EXPECT_EQ(fake.devs[1].regs(), 1);
+  EXPECT_EQ(fake.devs[2].regs(), 1);  // a hit: the cache is the device's, not the comm's
+  EXPECT_EQ(registry.cache(2).hits(), 1u);
+  EXPECT_EQ(registry.dereg(a), ncclSuccess);
+  EXPECT_EQ(fake.devs[0].deregs(), 1);
+  EXPECT_EQ(fake.devs[2].deregs(), 0);  // b still holds it
+  EXPECT_EQ(registry.dereg(b), ncclSuccess);
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(registry.cache(d).entryCount(), 0u) << d;
+  MrHandle* bad = nullptr;
+  EXPECT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {3}, &bad), ncclInternalError);
+}
+
 TEST(MrRegistry, RollsBackWhenDeviceTwoFails) {
   ThreeDevices fake;
   MrRegistry registry(fake.registrars());
   fake.devs[2].setFail(true);
   std::vector<char> buf(4096);
   MrHandle* h = reinterpret_cast<MrHandle*>(0x1);
-  EXPECT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Cuda, -1, 0, &h), ncclSystemError);
+  EXPECT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Cuda, -1, 0, {}, &h), ncclSystemError);
   EXPECT_EQ(h, nullptr);
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ(fake.devs[d].regs(), 1);
@@ -378,12 +405,12 @@ TEST(MrRegistry, RollbackKeepsEarlierRegistrationsAlive) {
   MrRegistry registry(fake.registrars());
   std::vector<char> buf(8192);
   MrHandle* first = nullptr;
-  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, &first), ncclSuccess);
+  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {}, &first), ncclSuccess);
   fake.devs[2].setFail(true);
   MrHandle* second = nullptr;
   // The CUDA registrations made on devices 0 and 1 are undone; the first handle's host
   // entries stay registered.
-  EXPECT_EQ(registry.reg(buf.data(), 16, MemKind::Cuda, -1, 0, &second), ncclSystemError);
+  EXPECT_EQ(registry.reg(buf.data(), 16, MemKind::Cuda, -1, 0, {}, &second), ncclSystemError);
   for (int d = 0; d < 3; ++d) EXPECT_EQ(registry.cache(d).entryCount(), 1u);
   EXPECT_EQ(fake.devs[0].deregs(), 1);  // only the CUDA registration made for `second`
   EXPECT_EQ(registry.dereg(first), ncclSuccess);
@@ -395,7 +422,7 @@ TEST(MrRegistry, SizeZeroIsLegal) {
   MrRegistry registry(std::vector<Registrar>{dev.registrar()});
   char byte = 0;
   MrHandle* h = nullptr;
-  ASSERT_EQ(registry.reg(&byte, 0, MemKind::Host, -1, 0, &h), ncclSuccess);
+  ASSERT_EQ(registry.reg(&byte, 0, MemKind::Host, -1, 0, {}, &h), ncclSuccess);
   EXPECT_EQ(h->ndevs, 1);
   EXPECT_EQ(dev.call(0).len, 4096u);
   EXPECT_EQ(registry.dereg(h), ncclSuccess);
@@ -406,7 +433,7 @@ TEST(MrRegistry, ZeroDevicesIsAnInternalError) {
   MrRegistry registry(std::vector<Registrar>{});
   char byte = 0;
   MrHandle* h = nullptr;
-  EXPECT_EQ(registry.reg(&byte, 1, MemKind::Host, -1, 0, &h), ncclInternalError);
+  EXPECT_EQ(registry.reg(&byte, 1, MemKind::Host, -1, 0, {}, &h), ncclInternalError);
   EXPECT_EQ(h, nullptr);
 }
 
@@ -415,9 +442,9 @@ TEST(MrRegistry, RejectsNullArguments) {
   MrRegistry registry(std::vector<Registrar>{dev.registrar()});
   MrHandle* h = nullptr;
   EXPECT_EQ(registry.dereg(nullptr), ncclInvalidArgument);
-  EXPECT_EQ(registry.reg(nullptr, 16, MemKind::Host, -1, 0, &h), ncclInvalidArgument);
+  EXPECT_EQ(registry.reg(nullptr, 16, MemKind::Host, -1, 0, {}, &h), ncclInvalidArgument);
   char byte = 0;
-  EXPECT_EQ(registry.reg(&byte, 1, MemKind::Host, -1, 0, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(registry.reg(&byte, 1, MemKind::Host, -1, 0, {}, nullptr), ncclInvalidArgument);
   EXPECT_EQ(dev.regs(), 0);
 }
 
@@ -427,7 +454,7 @@ TEST(MrRegistry, DestructorReleasesLeftovers) {
   std::vector<char> buf(4096);
   {
     MrRegistry registry(fake.registrars());
-    ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, &h), ncclSuccess);
+    ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {}, &h), ncclSuccess);
   }
   for (int d = 0; d < 3; ++d) EXPECT_EQ(fake.devs[d].live(), 0);
   delete h;  // the handle itself is the caller's; only the MRs went with the registry
@@ -595,10 +622,10 @@ TEST_F(MrRegistryVerbs, FailureReachesTheRegistryCaller) {
   g_verbs.failErrno = EPERM;
   std::vector<char> buf(64);
   MrHandle* h = nullptr;
-  EXPECT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, &h), ncclSystemError);
+  EXPECT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {}, &h), ncclSystemError);
   EXPECT_EQ(h, nullptr);
   g_verbs.failErrno = 0;
-  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, &h), ncclSuccess);
+  ASSERT_EQ(registry.reg(buf.data(), buf.size(), MemKind::Host, -1, 0, {}, &h), ncclSuccess);
   EXPECT_EQ(h->lkey[0], 0x1111u);
   EXPECT_EQ(registry.dereg(h), ncclSuccess);
   EXPECT_EQ(g_verbs.deregCalls, 1);

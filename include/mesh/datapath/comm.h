@@ -231,6 +231,16 @@ class Comm : public PreparedConn {
   bool sender() const { return sender_; }
   // The local ports (LocalNic::index) the comm's links leave on, each once.
   std::vector<int> localPorts() const;
+  // The RDMA devices (Discovery::devices index) the comm's links use, each once.
+  std::vector<int> deviceIndexes() const;
+  // Whether `mh` has a registration on every device of this comm (a handle registered
+  // through another comm may not).
+  bool covers(const MrHandle* mh) const {
+    for (int s = 0; s < ndevs_; ++s) {
+      if (mh->regs[devs_[s].deviceIndex] == nullptr) return false;
+    }
+    return true;
+  }
 
  protected:
   struct Link {

@@ -38,6 +38,8 @@ class NetTables {
   // forget() (sendsOnPort; the relay's choice of direction, preferIdlePorts).
   void remember(const void* comm, Kind kind, const std::vector<int>& ports = {});
   ncclResult_t forget(const void* comm, Kind kind, const char* what);
+  // Whether `comm` is a send or receive comm handed to NCCL and not closed yet (*kind: which).
+  bool isDataComm(const void* comm, Kind* kind);
   struct PendingConnect {
     uint64_t token = 0;
     std::shared_ptr<Connector> connector;       // a direct connect, or

@@ -53,7 +53,7 @@ struct NetDevice {
   float latencyUs = 0;
   int maxComms = 65536;
   int maxRecvs = 8;        // set from kGroupMax
-  bool regIsGlobal = true;
+  bool regIsGlobal = false;  // registrations cover the registering comm's devices (mr_cache.h)
   int railId = kMeshRailId;
   int planeId = kMeshPlaneId;
 };

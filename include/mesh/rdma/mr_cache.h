@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Memory registration: NCCL's regMr/regMrDmaBuf/deregMr. A handle covers the buffer on
-// EVERY RDMA device of the node (regIsGlobal=1: NCCL may use a registration made through one
-// comm with any other comm of the same NCCL device, and in node mode different comms use
-// different ports/devices). Per device, a cache of page-aligned ranges with refcounts makes
-// re-registering a (sub-)range a hit.
+// Memory registration: NCCL's regMr/regMrDmaBuf/deregMr. A handle covers the buffer on the
+// RDMA devices of the comm it was registered through (issue 32: registering every buffer on
+// every device of a node with two Spark cables made four registrations, four times the
+// pinned-memory accounting, of each): NCCL registers through the comm that uses the buffer
+// (2.24 - 2.30 never read regIsGlobal; 2.20 - 2.23 share a registration across comms only when
+// regIsGlobal is 1, and the plugin reports 0). A regMr without a known comm covers every
+// device. Per device, a cache of page-aligned ranges with refcounts makes re-registering a
+// (sub-)range a hit, whichever comm asks.
 //
 // Threads: any NCCL thread may register/deregister; the cache is guarded by a mutex (not on
 // the hot path). The data path reads MrHandle::lkey/rkey without locks: they are immutable
@@ -84,8 +87,8 @@ struct MrHandle {
   uintptr_t addr = 0;
   size_t size = 0;
   MemKind kind = MemKind::Host;
-  int ndevs = 0;
-  const Registration* regs[kMaxDevices] = {};  // per discovered device index
+  int ndevs = 0;                               // registrations made (devices covered)
+  const Registration* regs[kMaxDevices] = {};  // per discovered device index; nullptr: not covered
   uint32_t lkey[kMaxDevices] = {};
   uint32_t rkey[kMaxDevices] = {};
 };
@@ -94,8 +97,9 @@ struct MrHandle {
 class MrRegistry {
  public:
   explicit MrRegistry(std::vector<Registrar> perDevice);
+  // Registers on `devices` (device indexes; empty: every device).
   ncclResult_t reg(void* data, size_t size, MemKind kind, int dmabufFd, uint64_t dmabufOffset,
-                   MrHandle** out);
+                   const std::vector<int>& devices, MrHandle** out);
   ncclResult_t dereg(MrHandle* handle);
   int deviceCount() const { return static_cast<int>(caches_.size()); }
   const RegCache& cache(int dev) const { return *caches_[dev]; }
