@@ -398,7 +398,9 @@ ncclResult_t Comm::checkPeer(const char* doing) {
   int err = control->error.load(std::memory_order_relaxed);
   std::string why;
   if (err == 0) {
-    why = "the peer closed its connection (process exited or was killed) ";
+    // A clean TCP close (FIN) of the control connection: the peer closed its comm, or its
+    // process ended (exit, or a kill; the kernel closes its sockets alike). Nothing tells which.
+    why = "the peer closed its end of the connection (it closed the comm, or its process ended) ";
   } else if (err == ETIMEDOUT) {
     why = "the peer stopped answering on its connection (no heartbeat or keepalive reply within "
           "NCCL_MESH_PEER_TIMEOUT_MS: process stopped or hung, host down, link down or cable pulled) ";
