@@ -122,13 +122,7 @@ PlanAgreement TopologyView::agreement() const {
     NodeId who = overflowSeenMs_.begin()->first;
     return differ(who, node(who) + "'s view does not fit one HELLO; the plan covers small clusters only");
   }
-  for (const auto& [origin, h] : held_) {
-    const TopologyRecord& r = h.record;
-    if (r.topologyDigest == plan_.topologyDigest && r.tableDigest == plan_.tableDigest) continue;
-    return differ(origin, node(origin) + " advertises topology " + hex64(r.topologyDigest) + " table " +
-                              hex64(r.tableDigest) + ", this node has topology " + hex64(plan_.topologyDigest) +
-                              " table " + hex64(plan_.tableDigest));
-  }
+  // What is wrong with the picture first: it says more than the digests it causes.
   for (const PlanNode& n : plan_.nodes) {
     for (NodeId nb : n.neighbours) {
       auto other = std::lower_bound(plan_.nodes.begin(), plan_.nodes.end(), nb,
@@ -141,6 +135,13 @@ PlanAgreement TopologyView::agreement() const {
                               " (HELLOs lost one way, or a cable just cut)");
       }
     }
+  }
+  for (const auto& [origin, h] : held_) {
+    const TopologyRecord& r = h.record;
+    if (r.topologyDigest == plan_.topologyDigest && r.tableDigest == plan_.tableDigest) continue;
+    return differ(origin, node(origin) + " advertises topology " + hex64(r.topologyDigest) + " table " +
+                              hex64(r.tableDigest) + ", this node has topology " + hex64(plan_.topologyDigest) +
+                              " table " + hex64(plan_.tableDigest));
   }
   return PlanAgreement{};
 }
