@@ -304,17 +304,7 @@ NodeId RouteService::planNextHop(NodeId origin, const std::vector<HandleAddress>
   NodeId dst = 0;
   for (const HandleAddress& a : target) dst = dst != 0 ? dst : plan.nodeOf(a.addr);
   if (dst == 0 || dst == self_) return 0;
-  NodeId src = origin != 0 ? origin : self_;
-  // On the pair's own path: the node after us. Off it (the origin used the fallback, or
-  // the path changed since it asked): our own path to the target.
-  for (NodeId from : {src, self_}) {
-    const PlannedPath* path = plan.find(from, dst);
-    if (path == nullptr) continue;
-    if (from == self_) return path->relays.front();
-    auto at = std::find(path->relays.begin(), path->relays.end(), self_);
-    if (at != path->relays.end()) return std::next(at) != path->relays.end() ? *std::next(at) : dst;
-  }
-  return 0;
+  return plan.nextHop(self_, origin != 0 ? origin : self_, dst);
 }
 
 RoutePlan RouteService::plan() const {

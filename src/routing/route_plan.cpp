@@ -379,6 +379,17 @@ NodeId RoutePlan::nodeOf(uint32_t addr) const {
   return 0;
 }
 
+NodeId RoutePlan::nextHop(NodeId self, NodeId src, NodeId dst) const {
+  for (NodeId from : {src, self}) {
+    const PlannedPath* path = find(from, dst);
+    if (path == nullptr) continue;
+    if (from == self) return path->relays.front();
+    auto at = std::find(path->relays.begin(), path->relays.end(), self);
+    if (at != path->relays.end()) return std::next(at) != path->relays.end() ? *std::next(at) : dst;
+  }
+  return 0;
+}
+
 int RoutePlan::maxRelayed() const {
   int m = 0;
   for (const EdgeLoad& l : loads) m = std::max(m, l.relayed);

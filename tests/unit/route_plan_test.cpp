@@ -193,6 +193,24 @@ TEST(RoutePlan, LinesRelayEverythingOverTheMiddle) {
   EXPECT_EQ(five.maxRelayed(), 5);  // 1 -> 2: from 0 or 1 to 2, 3 or 4, less the cabled 1 -> 2
 }
 
+TEST(RoutePlan, EveryRelayOnAPathForwardsToTheNextNodeOfTheOriginalPair) {
+  std::vector<NodeId> ids = defaultIds(6);
+  RoutePlan plan = planRoutes(ring(6), 2);
+  for (const PlannedPath& p : plan.paths) {
+    std::vector<NodeId> walk{p.src};
+    walk.insert(walk.end(), p.relays.begin(), p.relays.end());
+    walk.push_back(p.dst);
+    for (size_t i = 0; i + 1 < walk.size(); ++i) EXPECT_EQ(plan.nextHop(walk[i], p.src, p.dst), walk[i + 1]);
+  }
+  // A node off the pair's path (the origin used the fallback rule) takes its own path.
+  const PlannedPath* far = plan.find(ids[0], ids[3]);
+  ASSERT_NE(far, nullptr);
+  NodeId off = far->relays[0] == ids[1] ? ids[5] : ids[1];
+  EXPECT_EQ(plan.nextHop(off, ids[0], ids[3]), plan.find(off, ids[3])->relays.front());
+  EXPECT_EQ(plan.nextHop(ids[0], ids[0], ids[1]), 0u);  // cabled: no relay
+  EXPECT_EQ(plan.nextHop(ids[0], ids[0], 0x1234), 0u);   // unknown node
+}
+
 TEST(RoutePlan, MaxHopsIsRespectedAndTheRestIsUnreachable) {
   RoutePlan plan = planRoutes(ring(8), 2);
   std::vector<NodeId> ids = defaultIds(8);

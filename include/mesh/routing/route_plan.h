@@ -111,6 +111,11 @@ struct RoutePlan {
   const PlannedPath* find(NodeId src, NodeId dst) const;
   // The node that holds `addr` as one of its mesh addresses; 0 when none does.
   NodeId nodeOf(uint32_t addr) const;
+  // Where node `self` sends the relayed pair (src, dst): the node after it on the pair's
+  // path (dst itself when self is the last relay); self's own path to dst when self is not
+  // on the pair's path (src used another rule, or the plan changed since it asked); 0 when
+  // neither path exists.
+  NodeId nextHop(NodeId self, NodeId src, NodeId dst) const;
   // The busiest directed edge's relayed pairs, and the least busy one's (0 without edges).
   int maxRelayed() const;
   int minRelayed() const;
