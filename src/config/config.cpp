@@ -330,6 +330,11 @@ std::vector<Setting> buildTable() {
                  "Relay: most relay nodes on one path (1..15); a 6-node ring "
                  "needs 2, an 8-node ring 3",
                  &Config::relayMaxHops, 1, kRouteMaxHopsLimit),
+      boolSetting("NCCL_MESH_RELAY_PLAN", "1",
+                  "Relay: 1 = relayed pairs follow the cluster's route plan (every node computes the "
+                  "same one) while every node's view of the cabling agrees; 0 = each connect picks "
+                  "by the fallback rule (fewest relays, the process's least used port, node id)",
+                  &Config::relayPlan),
       sizeSetting("NCCL_MESH_RELAY_CHUNK", "512K",
                   "Relay: bytes per slot of a relayed connection's staging ring "
                   "at the relay node (K/M/G suffixes, 4K..64M)",

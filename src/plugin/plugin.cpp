@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -286,8 +287,9 @@ void Plugin::startRelay() {
   HandshakeSettings hs = handshakeSettings();
   hs.listenAny = false;
   nodeId_ = nodeIdFromPorts(nics);
-  RelayLookup lookup = [this, nics](const std::vector<HandleAddress>& peer, const std::vector<NodeId>& exclude) {
-    return relayCandidates(peer, nics, exclude);
+  RelayLookup lookup = [this, nics](const std::vector<HandleAddress>& peer, NodeId origin,
+                                    const std::vector<NodeId>& exclude) {
+    return relayCandidates(peer, nics, origin, exclude);
   };
   // Exit handlers run before any library's ELF destructor (ld.so's _dl_fini is the first
   // handler registered, so the last to run): a library the relay pinned shuts down there,
@@ -306,16 +308,27 @@ NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {
 }
 
 std::vector<NextHop> Plugin::relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
-                                             const std::vector<NodeId>& exclude) {
+                                             NodeId origin, const std::vector<NodeId>& exclude) {
+  auto onNics = [&nics](int port) {
+    return std::any_of(nics.begin(), nics.end(), [port](const LocalNic& nic) { return nic.index == port; });
+  };
+  auto excluded = [&exclude](NodeId n) { return n != 0 && std::find(exclude.begin(), exclude.end(), n) != exclude.end(); };
   std::vector<NextHop> out;
   for (const NextHop& h : relayNextHops(peer).hops) {
-    bool usable = h.route.hops > 0 && h.route.nextHopAddr != 0;
-    bool onNic = false;
-    for (const LocalNic& nic : nics) onNic = onNic || nic.index == h.route.localPort;
-    for (NodeId x : exclude) usable = usable && (h.route.nextHop == 0 || h.route.nextHop != x);
-    if (usable && onNic) out.push_back(h);
+    bool usable = h.route.hops > 0 && h.route.nextHopAddr != 0 && !excluded(h.route.nextHop);
+    if (usable && onNics(h.route.localPort)) out.push_back(h);
   }
   preferIdlePorts(&out, [this](int port) { return tables_.sendsOnPort(port); });
+  if (routes_ == nullptr || peer.empty() || !config_.relayPlan) return out;
+  // While every node's view agrees, the route plan's neighbour first (issue 31); the fallback
+  // rule's order stays behind it, for when that neighbour refuses.
+  NodeId planned = routes_->planNextHop(origin, peer);
+  if (planned == 0 || excluded(planned)) return out;
+  std::vector<NeighbourLink> links;
+  for (const NeighbourLink& l : routes_->neighbours()) {
+    if (onNics(l.localPort)) links.push_back(l);
+  }
+  preferPlannedHop(&out, planned, peer.front().addr, links);
   return out;
 }
 

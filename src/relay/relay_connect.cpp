@@ -97,8 +97,9 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
                     "NCCL's ring on cables. Further relayed connections are counted at INFO level",
                     addrList(target_.addrs).c_str(), via().c_str());
         }
-        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (relayed connection %llu of this process)",
-                  addrList(target_.addrs).c_str(), via().c_str(), static_cast<unsigned long long>(n));
+        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this process)",
+                  addrList(target_.addrs).c_str(), via().c_str(),
+                  candidates_[index_].planned ? "route plan" : "fallback rule", static_cast<unsigned long long>(n));
       }
       return ncclSuccess;
     }

@@ -23,9 +23,22 @@ static_assert(kMessageHeaderSize == kRelayHeaderSize, "the relay header is the c
 // HELLO body offsets (relative to the end of the header).
 constexpr size_t kHelloNode = 0;
 constexpr size_t kHelloAddrCount = 8;
-constexpr size_t kHelloReserved = 9;
+constexpr size_t kHelloFlags = 9;
 constexpr size_t kHelloRouteCount = 10;
-static_assert(kHelloRouteCount + 2 == kRelayHelloPrefix, "HELLO prefix fields must tile it");
+constexpr size_t kHelloRecordCount = 12;
+constexpr size_t kHelloReserved8 = 13;
+constexpr size_t kHelloReserved16 = 14;
+static_assert(kHelloReserved16 + 2 == kRelayHelloPrefix, "HELLO prefix fields must tile it");
+
+// HELLO record offsets (relative to the record's start).
+constexpr size_t kRecordOrigin = 0;
+constexpr size_t kRecordSeq = 8;
+constexpr size_t kRecordTopology = 16;
+constexpr size_t kRecordTable = 24;
+constexpr size_t kRecordAddrCount = 32;
+constexpr size_t kRecordNeighbourCount = 33;
+constexpr size_t kRecordReserved = 34;
+static_assert(kRecordReserved + 2 == kRelayHelloRecordPrefix, "HELLO record fields must tile it");
 
 // OPEN body offsets.
 constexpr size_t kOpenOrigin = 0;
@@ -110,6 +123,38 @@ bool isNetwork(const Ipv4Prefix& p) { return p.prefixLen <= kMaxPrefixLen && (p.
 
 // --- HELLO --------------------------------------------------------------------------------
 
+size_t recordSize(const TopologyRecord& r) {
+  return kRelayHelloRecordPrefix + r.addrs.size() * kRelayHelloAddrSize + r.neighbours.size() * sizeof(uint64_t);
+}
+
+bool checkRecords(const HelloTopology& t, std::string* error) {
+  if (t.records.size() > kTopologyMaxRecords) {
+    return fail(error, "HELLO carries " + str(t.records.size()) + " records (at most " + str(kTopologyMaxRecords) + ")");
+  }
+  if (t.overflow && !t.records.empty()) return fail(error, "HELLO says its view overflows but carries records");
+  for (size_t i = 0; i < t.records.size(); ++i) {
+    const TopologyRecord& r = t.records[i];
+    std::string which = "HELLO record " + str(i + 1) + ": ";
+    if (r.origin == 0) return fail(error, which + "origin node 0 (reserved)");
+    if (r.addrs.size() > kHelloMaxAddresses) {
+      return fail(error, which + str(r.addrs.size()) + " addresses (at most " + str(kHelloMaxAddresses) + ")");
+    }
+    if (r.neighbours.size() > kTopologyMaxNeighbours) {
+      return fail(error, which + str(r.neighbours.size()) + " neighbours (at most " + str(kTopologyMaxNeighbours) + ")");
+    }
+    for (const Ipv4Prefix& a : r.addrs) {
+      if (a.prefixLen > kMaxPrefixLen) return fail(error, which + "address with prefix length " + str(a.prefixLen));
+    }
+    for (NodeId n : r.neighbours) {
+      if (n == 0) return fail(error, which + "neighbour node 0 (reserved)");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (t.records[j].origin == r.origin) return fail(error, which + "a second record of the same origin");
+    }
+  }
+  return true;
+}
+
 bool checkHello(const NodeHello& h, std::string* error) {
   if (h.node == 0) return fail(error, "HELLO from node 0 (reserved)");
   if (h.addrs.empty() || h.addrs.size() > kHelloMaxAddresses) {
@@ -133,44 +178,107 @@ bool checkHello(const NodeHello& h, std::string* error) {
   return true;
 }
 
-void writeHello(const NodeHello& h, uint8_t* body) {
+uint8_t* writeAddr(uint8_t* p, const Ipv4Prefix& a) {
+  putLe(p, a.addr, 4);
+  p[4] = a.prefixLen;
+  return p + kRelayHelloAddrSize;
+}
+
+// Reads one Addr, refusing a non-zero reserved byte.
+bool readAddr(const uint8_t* p, std::vector<Ipv4Prefix>* out, std::string* error) {
+  if (p[5] != 0) return fail(error, "HELLO address reserved byte must be 0");
+  out->push_back({static_cast<uint32_t>(getLe(p, 4)), p[4]});
+  return true;
+}
+
+void writeHello(const NodeHello& h, const HelloTopology& t, uint8_t* body) {
   putLe(body + kHelloNode, h.node, 8);
   putLe(body + kHelloAddrCount, h.addrs.size(), 1);
+  body[kHelloFlags] = t.overflow ? kHelloFlagOverflow : 0;
   putLe(body + kHelloRouteCount, h.routes.size(), 2);
+  putLe(body + kHelloRecordCount, t.records.size(), 1);
   uint8_t* p = body + kRelayHelloPrefix;
-  for (const Ipv4Prefix& a : h.addrs) {
-    putLe(p, a.addr, 4);
-    p[4] = a.prefixLen;
-    p += kRelayHelloAddrSize;
-  }
+  for (const Ipv4Prefix& a : h.addrs) p = writeAddr(p, a);
   for (const RouteAdvert& r : h.routes) {
     putLe(p, r.subnet.addr, 4);
     p[4] = r.subnet.prefixLen;
     p[5] = r.hops;
     p += kRelayHelloRouteSize;
   }
+  for (const TopologyRecord& r : t.records) {
+    putLe(p + kRecordOrigin, r.origin, 8);
+    putLe(p + kRecordSeq, r.seq, 8);
+    putLe(p + kRecordTopology, r.topologyDigest, 8);
+    putLe(p + kRecordTable, r.tableDigest, 8);
+    p[kRecordAddrCount] = static_cast<uint8_t>(r.addrs.size());
+    p[kRecordNeighbourCount] = static_cast<uint8_t>(r.neighbours.size());
+    p += kRelayHelloRecordPrefix;
+    for (const Ipv4Prefix& a : r.addrs) p = writeAddr(p, a);
+    for (NodeId n : r.neighbours) {
+      putLe(p, n, 8);
+      p += sizeof(uint64_t);
+    }
+  }
 }
 
-bool readHello(const uint8_t* body, size_t len, NodeHello* h, std::string* error) {
+// The records after the fixed part: each one's length is known only from its own counts, so
+// every count is checked against what is left before it sizes anything.
+bool readRecords(const uint8_t* p, size_t left, size_t count, HelloTopology* t, std::string* error) {
+  for (size_t i = 0; i < count; ++i) {
+    if (left < kRelayHelloRecordPrefix) return fail(error, "HELLO record " + str(i + 1) + " is truncated");
+    TopologyRecord r;
+    size_t nAddrs = p[kRecordAddrCount];
+    size_t nNeighbours = p[kRecordNeighbourCount];
+    if (getLe(p + kRecordReserved, 2) != 0) return fail(error, "HELLO record reserved bytes must be 0");
+    size_t want = kRelayHelloRecordPrefix + nAddrs * kRelayHelloAddrSize + nNeighbours * sizeof(uint64_t);
+    if (left < want) {
+      return fail(error, "HELLO record " + str(i + 1) + " with " + str(nAddrs) + " addresses and " + str(nNeighbours) +
+                             " neighbours needs " + str(want) + " bytes, " + str(left) + " left");
+    }
+    r.origin = getLe(p + kRecordOrigin, 8);
+    r.seq = getLe(p + kRecordSeq, 8);
+    r.topologyDigest = getLe(p + kRecordTopology, 8);
+    r.tableDigest = getLe(p + kRecordTable, 8);
+    const uint8_t* q = p + kRelayHelloRecordPrefix;
+    for (size_t k = 0; k < nAddrs; ++k, q += kRelayHelloAddrSize) {
+      if (!readAddr(q, &r.addrs, error)) return false;
+    }
+    for (size_t k = 0; k < nNeighbours; ++k, q += sizeof(uint64_t)) r.neighbours.push_back(getLe(q, 8));
+    t->records.push_back(std::move(r));
+    p += want;
+    left -= want;
+  }
+  if (left != 0) return fail(error, "HELLO has " + str(left) + " bytes after its last record");
+  return true;
+}
+
+bool readHello(const uint8_t* body, size_t len, NodeHello* h, HelloTopology* t, std::string* error) {
   if (len < kRelayHelloPrefix) return fail(error, "HELLO body of " + str(len) + " bytes is truncated");
   size_t nAddrs = body[kHelloAddrCount];
   size_t nRoutes = getLe(body + kHelloRouteCount, 2);
-  if (body[kHelloReserved] != 0) return fail(error, "HELLO reserved byte must be 0");
-  size_t want = kRelayHelloPrefix + nAddrs * kRelayHelloAddrSize + nRoutes * kRelayHelloRouteSize;
-  if (len != want) {
-    return fail(error, "HELLO with " + str(nAddrs) + " addresses and " + str(nRoutes) + " routes is " +
-                           str(want) + " body bytes, got " + str(len));
+  size_t nRecords = body[kHelloRecordCount];
+  uint8_t flags = body[kHelloFlags];
+  if (body[kHelloReserved8] != 0 || getLe(body + kHelloReserved16, 2) != 0) {
+    return fail(error, "HELLO reserved bytes must be 0");
+  }
+  if ((flags & ~kHelloFlagOverflow) != 0) return fail(error, "HELLO flags " + str(flags) + ": unknown bits set");
+  size_t fixed = kRelayHelloPrefix + nAddrs * kRelayHelloAddrSize + nRoutes * kRelayHelloRouteSize;
+  if (len < fixed || (nRecords == 0 && len != fixed)) {
+    return fail(error, "HELLO with " + str(nAddrs) + " addresses, " + str(nRoutes) + " routes and " + str(nRecords) +
+                           " records is " + (nRecords == 0 ? "" : "at least ") + str(fixed) + " body bytes, got " +
+                           str(len));
   }
   h->node = getLe(body + kHelloNode, 8);
   const uint8_t* p = body + kRelayHelloPrefix;
   for (size_t i = 0; i < nAddrs; ++i, p += kRelayHelloAddrSize) {
-    if (p[5] != 0) return fail(error, "HELLO address reserved byte must be 0");
-    h->addrs.push_back({static_cast<uint32_t>(getLe(p, 4)), p[4]});
+    if (!readAddr(p, &h->addrs, error)) return false;
   }
   for (size_t i = 0; i < nRoutes; ++i, p += kRelayHelloRouteSize) {
     h->routes.push_back({{static_cast<uint32_t>(getLe(p, 4)), p[4]}, p[5]});
   }
-  return checkHello(*h, error);
+  t->overflow = (flags & kHelloFlagOverflow) != 0;
+  if (!readRecords(p, len - fixed, nRecords, t, error)) return false;
+  return checkHello(*h, error) && checkRecords(*t, error);
 }
 
 // --- OPEN ---------------------------------------------------------------------------------
@@ -267,15 +375,25 @@ const char* relayStatusName(RelayStatus s) {
   return "unknown";
 }
 
+size_t relayHelloSize(const NodeHello& hello, const HelloTopology& topology) {
+  size_t size = kRelayHeaderSize + kRelayHelloPrefix + hello.addrs.size() * kRelayHelloAddrSize +
+                hello.routes.size() * kRelayHelloRouteSize;
+  for (const TopologyRecord& r : topology.records) size += recordSize(r);
+  return size;
+}
+
 bool encodeRelay(const RelayMessage& msg, std::vector<uint8_t>* out, std::string* error) {
   std::vector<uint8_t> bytes;
   switch (msg.type) {
     case RelayType::Hello: {
-      const NodeHello& h = msg.hello;
-      if (!checkHello(h, error)) return false;
-      bytes.assign(kRelayHeaderSize + kRelayHelloPrefix + h.addrs.size() * kRelayHelloAddrSize +
-                       h.routes.size() * kRelayHelloRouteSize, 0);
-      writeHello(h, bytes.data() + kRelayHeaderSize);
+      if (!checkHello(msg.hello, error) || !checkRecords(msg.topology, error)) return false;
+      size_t size = relayHelloSize(msg.hello, msg.topology);
+      if (size > kRelayMaxHello) {
+        return fail(error, "HELLO of " + str(size) + " bytes exceeds " + str(kRelayMaxHello) +
+                               " (one datagram): send the view as overflow");
+      }
+      bytes.assign(size, 0);
+      writeHello(msg.hello, msg.topology, bytes.data() + kRelayHeaderSize);
       break;
     }
     case RelayType::Open: {
@@ -339,7 +457,7 @@ bool parseRelay(const uint8_t* in, size_t len, RelayMessage* out, std::string* e
   msg.type = type;
   const uint8_t* body = in + kRelayHeaderSize;
   size_t bodyLen = len - kRelayHeaderSize;
-  bool ok = type == RelayType::Hello  ? readHello(body, bodyLen, &msg.hello, error)
+  bool ok = type == RelayType::Hello  ? readHello(body, bodyLen, &msg.hello, &msg.topology, error)
             : type == RelayType::Open ? readOpen(body, bodyLen, &msg.open, error)
                                       : readReply(body, bodyLen, &msg.reply, error);
   if (!ok) return false;

@@ -217,10 +217,13 @@ bool RelayService::stepSession(Session& s) {
         cs.visited.push_back(self_);
         std::vector<NodeId> exclude = cs.visited;
         exclude.push_back(s.open.origin);
+        // The next relay is the one the route plan gives the original pair (A, C), so a
+        // path of several relays is the plan's from end to end.
         RelayLookup lookup = lookup_;
         std::vector<HandleAddress> addrs = s.open.target.addrs;
+        NodeId origin = s.open.origin;
         s.onward = std::make_unique<RelayConnector>(
-            hs_.get(), nics_, s.open.target, [lookup, addrs, exclude] { return lookup(addrs, exclude); },
+            hs_.get(), nics_, s.open.target, [lookup, addrs, origin, exclude] { return lookup(addrs, origin, exclude); },
             ConnOptions(), cs);
       } else if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
         return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");

@@ -19,6 +19,7 @@
 
 #include "mesh/platform/ipv4.h"
 #include "mesh/platform/log.h"
+#include "mesh/platform/text.h"
 #include "mesh/relay/relay_proto.h"
 
 namespace mesh {
@@ -85,16 +86,26 @@ NodeId nodeIdFromPorts(const std::vector<LocalNic>& ports) {
   }
   std::sort(addrs.begin(), addrs.end());
   addrs.erase(std::unique(addrs.begin(), addrs.end()), addrs.end());
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-  auto mix = [&h](uint8_t byte) {
-    h ^= byte;
-    h *= 0x100000001b3ull;
-  };
+  Fnv64 h;
   for (const auto& [addr, len] : addrs) {
-    for (int shift = 24; shift >= 0; shift -= 8) mix(static_cast<uint8_t>(addr >> shift));
-    mix(len);
+    for (int shift = 24; shift >= 0; shift -= 8) h.byte(static_cast<uint8_t>(addr >> shift));
+    h.byte(len);
   }
-  return h != 0 ? h : 0xcbf29ce484222325ull;
+  return h.value() != 0 ? h.value() : Fnv64().value();
+}
+
+std::vector<uint32_t> parseDropHellosFrom(const char* text) {
+  std::vector<uint32_t> out;
+  std::string all = text != nullptr ? text : "";
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(',', start);
+    if (end == std::string::npos) end = all.size();
+    uint32_t addr = 0;
+    if (parseIpv4(trim(all.substr(start, end - start)), &addr)) out.push_back(addr);
+    start = end + 1;
+  }
+  return out;
 }
 
 std::vector<sockaddr_in> helloDestinations(const LocalNic&, const LocalAddress& addr, int udpPort) {
@@ -111,6 +122,7 @@ RouteServiceSettings routeServiceSettings(const Config& config) {
   s.routes.maxHops = config.relayMaxHops;
   s.routes.holdMs = 4 * static_cast<uint64_t>(s.helloMs);
   s.statics = config.staticRoutes;
+  s.dropHellosFrom = parseDropHellosFrom(getenv("MESH_TEST_DROP_HELLOS_FROM"));
   return s;
 }
 
@@ -120,7 +132,8 @@ struct RouteService::Core {
         ports(std::move(p)),
         settings(std::move(s)),
         self(id),
-        table(id, ports, settings.routes, settings.statics) {}
+        table(id, ports, settings.routes, settings.statics),
+        topology(id, settings.routes.maxHops, settings.routes.holdMs) {}
 
   void closeAll(bool unwatch);
   bool tick();
@@ -128,6 +141,9 @@ struct RouteService::Core {
   void onReadable();
   void handleDatagram(uint32_t src, const uint8_t* data, size_t len, size_t wireLen);
   bool afterChange();
+  bool refreshOwnLocked();
+  void notePlan();
+  bool dropped(uint32_t localAddr) const;
   void warnLimited(uint32_t src, const std::string& what);
   bool isOwnAddress(uint32_t addr) const;
   int portFor(uint32_t src) const;
@@ -142,8 +158,10 @@ struct RouteService::Core {
   std::atomic<bool> stopped{false};
   std::atomic<int> boundPort{0};
 
-  mutable std::mutex mutex;  // guards table and counters (read by any thread)
+  mutable std::mutex mutex;  // guards table, topology, agreement and counters (any thread reads)
   RouteTable table;
+  TopologyView topology;
+  PlanAgreement agreement;  // topology.agreement() as of the last change
   RouteServiceCounters counters;
 
   // Reactor thread only (the stopping thread once the reactor is gone): the sockets, and
@@ -153,6 +171,11 @@ struct RouteService::Core {
   std::set<NeighbourLink> known;
   std::vector<std::string> lastLines;
   std::map<uint32_t, Clock::time_point> warned;  // sender → its last WARN
+  uint64_t lastSeq = 0;          // our records' numbering (topology_view.h)
+  uint64_t loggedPlan = 0;       // table digest of the last plan logged
+  uint64_t loggedInUse = 0;      // table digest last logged as agreed on; 0 = not in use
+  bool disagreeLogged = false;   // this disagreement was logged
+  Clock::time_point disagreeSince{};  // when views last started to disagree
 };
 
 RouteService::RouteService(Reactor* reactor, std::vector<LocalNic> ports, RouteServiceSettings s)
@@ -207,6 +230,10 @@ ncclResult_t RouteService::start() {
     std::lock_guard<std::mutex> lock(c.mutex);
     for (const std::string& p : c.table.staticProblems()) MESH_WARN("relay: NCCL_MESH_ROUTES: %s", p.c_str());
   }
+  for (uint32_t a : c.settings.dropHellosFrom) {
+    MESH_INFO(NCCL_NET, "relay: test switch MESH_TEST_DROP_HELLOS_FROM: no HELLO is sent from %s",
+              formatIpv4(a).c_str());
+  }
   std::shared_ptr<Core> core = core_;
   bool posted = reactor_->post([core] {
     if (core->stopped.load()) return;  // stop()'s teardown, queued behind us, closes them
@@ -216,6 +243,10 @@ ncclResult_t RouteService::start() {
     }
     core->reactor->addTimer(std::chrono::milliseconds(core->settings.helloMs),
                             [core](Clock::time_point) { return core->tick(); });
+    {
+      std::lock_guard<std::mutex> lock(core->mutex);
+      core->refreshOwnLocked();
+    }
     core->afterChange();
     core->sendHellos();
   });
@@ -266,6 +297,31 @@ std::vector<std::string> RouteService::describe() const {
   return core_->table.describe();
 }
 
+NodeId RouteService::planNextHop(NodeId origin, const std::vector<HandleAddress>& target) const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  if (!core_->agreement.agree) return 0;
+  const RoutePlan& plan = core_->topology.plan();
+  NodeId dst = 0;
+  for (const HandleAddress& a : target) dst = dst != 0 ? dst : plan.nodeOf(a.addr);
+  if (dst == 0 || dst == self_) return 0;
+  return plan.nextHop(self_, origin != 0 ? origin : self_, dst);
+}
+
+RoutePlan RouteService::plan() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->topology.plan();
+}
+
+PlanAgreement RouteService::agreement() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->agreement;
+}
+
+std::vector<TopologyRecord> RouteService::records() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->topology.records();
+}
+
 size_t RouteService::neighbourCount() const {
   std::lock_guard<std::mutex> lock(core_->mutex);
   return core_->table.neighbourCount();
@@ -298,23 +354,63 @@ bool RouteService::Core::tick() {
   bool changed;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    changed = table.expire(nowMs());
+    uint64_t now = nowMs();
+    changed = table.expire(now);
+    changed = topology.expire(now) || changed;
+    changed = refreshOwnLocked() || changed;
   }
   if (changed) afterChange();
+  notePlan();
   sendHellos();
   return true;
 }
 
+// This node's own record: the addresses its HELLOs list and the nodes it hears now. Returns
+// whether the plan changed. Caller holds `mutex`.
+bool RouteService::Core::refreshOwnLocked() {
+  std::vector<Ipv4Prefix> addrs;
+  if (!ports.empty()) addrs = table.helloFor(ports.front().index).addrs;
+  std::vector<NodeId> heard;
+  for (const NeighbourLink& n : table.neighbours()) heard.push_back(n.node);
+  bool changed = topology.setOwn(addrs, heard);
+  agreement = topology.agreement();
+  return changed;
+}
+
+bool RouteService::Core::dropped(uint32_t localAddr) const {
+  const std::vector<uint32_t>& drop = settings.dropHellosFrom;
+  return std::find(drop.begin(), drop.end(), localAddr) != drop.end();
+}
+
 void RouteService::Core::sendHellos() {
   int port = boundPort.load();
-  for (SendSocket& s : senders) {
-    const LocalNic& nic = ports[s.nic];
-    RelayMessage msg;
-    msg.type = RelayType::Hello;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      msg.hello = table.helloFor(nic.index);
+  // One burst: every port's HELLO is built under one lock, with one record number, and the
+  // records are sent as overflow when any port's HELLO would not fit one datagram.
+  std::vector<RelayMessage> msgs(senders.size());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    uint64_t seq = std::max(lastSeq + 1, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch()).count()));
+    lastSeq = seq;
+    HelloTopology mine = topology.advertise(seq);
+    bool overflow = false;
+    for (size_t i = 0; i < senders.size(); ++i) {
+      msgs[i].type = RelayType::Hello;
+      msgs[i].hello = table.helloFor(ports[senders[i].nic].index);
+      overflow = overflow || relayHelloSize(msgs[i].hello, mine) > kRelayMaxHello;
     }
+    if (overflow != topology.ownOverflow()) {
+      topology.setOwnOverflow(overflow);
+      agreement = topology.agreement();
+      mine = topology.advertise(seq);
+    }
+    for (RelayMessage& m : msgs) m.topology = mine;
+  }
+  for (size_t i = 0; i < senders.size(); ++i) {
+    SendSocket& s = senders[i];
+    const LocalNic& nic = ports[s.nic];
+    const RelayMessage& msg = msgs[i];
+    if (dropped(s.addr.ip.addr)) continue;
     std::vector<uint8_t> bytes;
     std::string why;
     if (!encodeRelay(msg, &bytes, &why)) {
@@ -400,10 +496,16 @@ void RouteService::Core::handleDatagram(uint32_t src, const uint8_t* data, size_
   }
   if (msg.hello.node == self) return;  // a process of this node whose address we lack
   bool accepted;
+  bool viewChanged = false;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    accepted = table.onHello(port, msg.hello, nowMs(), &why);
+    uint64_t now = nowMs();
+    accepted = table.onHello(port, msg.hello, now, &why);
     ++(accepted ? counters.hellosAccepted : counters.refused);
+    if (accepted) {
+      viewChanged = topology.onHello(msg.hello.node, msg.topology, now);
+      viewChanged = refreshOwnLocked() || viewChanged;
+    }
   }
   if (!accepted) {
     warnLimited(src, "relay: route " + why);
@@ -412,8 +514,50 @@ void RouteService::Core::handleDatagram(uint32_t src, const uint8_t* data, size_
   // Triggered update: a new neighbour, or a route that changed, is announced now, not a
   // period later, so a route N hops away is known in N round trips (NCCL connects right
   // after init) rather than N periods. An answer that changes nothing ends the exchange;
-  // a lost link counts to at most NCCL_MESH_RELAY_MAX_HOPS.
-  if (afterChange()) sendHellos();
+  // a lost link counts to at most NCCL_MESH_RELAY_MAX_HOPS. The same for the route plan's
+  // records: a new picture or new digests travel at once; a renewed number does not.
+  bool routesChanged = afterChange();
+  notePlan();
+  if (routesChanged || viewChanged) sendHellos();
+}
+
+// Logs the plan when it changes, and whether it is used: at once when views agree, after two
+// HELLO periods when they disagree (a disagreement that short is nodes starting or a cable
+// changing, bridged by the fallback rule, not news).
+void RouteService::Core::notePlan() {
+  RoutePlan plan;
+  PlanAgreement now;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    plan = topology.plan();
+    now = agreement;
+  }
+  if (plan.tableDigest != loggedPlan && plan.nodes.size() > 1) {
+    loggedPlan = plan.tableDigest;
+    MESH_INFO(NCCL_NET, "relay: route plan of node %s: %zu node(s), topology %s, table %s, %zu relayed pair(s), "
+              "%d..%d relayed pair(s) per cable direction, %zu unreachable",
+              nodeText(self).c_str(), plan.nodes.size(), hex64(plan.topologyDigest).c_str(),
+              hex64(plan.tableDigest).c_str(), plan.paths.size(), plan.minRelayed(), plan.maxRelayed(),
+              plan.unreachable.size());
+  }
+  Clock::time_point t = Clock::now();
+  if (now.agree) {
+    disagreeSince = Clock::time_point{};
+    disagreeLogged = false;
+    if (plan.nodes.size() > 1 && loggedInUse != plan.tableDigest) {
+      loggedInUse = plan.tableDigest;
+      MESH_INFO(NCCL_NET, "relay: route plan in use: all %zu nodes agree (topology %s, table %s); relayed "
+                "connects follow it", plan.nodes.size(), hex64(plan.topologyDigest).c_str(),
+                hex64(plan.tableDigest).c_str());
+    }
+    return;
+  }
+  if (disagreeSince == Clock::time_point{}) disagreeSince = t;
+  if (disagreeLogged || t - disagreeSince < std::chrono::milliseconds(2 * settings.helloMs)) return;
+  disagreeLogged = true;
+  loggedInUse = 0;
+  MESH_INFO(NCCL_NET, "relay: route plan views disagree: %s; relayed connects use the fallback rule (fewest "
+            "relays, node id, idle port) until they agree", now.why.c_str());
 }
 
 // Logs what changed since the last call: neighbours that appeared or went, and the whole

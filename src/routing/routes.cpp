@@ -388,6 +388,32 @@ void preferIdlePorts(std::vector<NextHop>* hops, const std::function<int(int loc
   for (const auto& k : keyed) hops->push_back(k.first);
 }
 
+void preferPlannedHop(std::vector<NextHop>* hops, NodeId planned, uint32_t peerAddr,
+                      const std::vector<NeighbourLink>& links) {
+  if (planned == 0) return;
+  std::vector<NextHop> first, rest;
+  for (NextHop h : *hops) {
+    h.planned = h.route.nextHop == planned;
+    (h.planned ? first : rest).push_back(h);
+  }
+  if (first.empty()) {
+    for (const NeighbourLink& l : links) {
+      if (l.node != planned) continue;
+      NextHop h;
+      h.peerAddr = peerAddr;
+      h.planned = true;
+      h.route.hops = 1;
+      h.route.source = RouteSource::Learned;
+      h.route.localPort = l.localPort;
+      h.route.nextHop = l.node;
+      h.route.nextHopAddr = l.linkAddr;
+      first.push_back(h);
+    }
+  }
+  first.insert(first.end(), rest.begin(), rest.end());
+  *hops = std::move(first);
+}
+
 std::vector<std::string> RouteTable::describe() const {
   std::vector<std::string> lines;
   for (const RelayRoute& r : routes_) {

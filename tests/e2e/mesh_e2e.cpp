@@ -99,6 +99,10 @@ const ScenarioInfo kScenarios[] = {
     {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
      "--mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut [--count 200]\n"
      "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},
+    {"route-plan", runRoutePlan, {"expect"},
+     "[--expect agree|disagree]  2^k nodes, NCCL_MESH_RELAY=auto: every node computes the same relay\n"
+     "                  route table and relayed connects follow it (4-ring: one relayed pair per cable\n"
+     "                  direction); disagree (with MESH_TEST_DROP_HELLOS_FROM): the fallback rule connects"},
 };
 
 void usage(FILE* out) {

@@ -17,8 +17,8 @@
 //             receiver's blocks one grouped irecv. Power-of-two N.
 //   alltoall  every rank sends a distinct block to every other rank, all at once.
 // With --ring-first (a ring of cables) the comms come up in NCCL's init order, ring first, and
-// every relayed connect must take the direction the ring leaves idle when both ways are equally
-// long (connectRingFirst).
+// every relayed connect must take the shorter way round; where both ways are equally long, the
+// direction the ring leaves idle when it used the fallback rule (connectRingFirst).
 // The vector is --count floats (small integers: every partial sum is exact in float32);
 // blocks and halves have odd sizes by default so relay chunks end mid-element.
 #include <algorithm>
@@ -390,7 +390,8 @@ void merge(CommTable* into, CommTable&& from) {
 // which sets up every ring channel, before ncclTransportTreeConnect and ncclTransportPatConnect):
 // its ring (rank -> rank + 1, direct) first, then the uncabled pairs (relayed), then the rest. Each relayed connect must
 // take the shorter way round; where both ways are equally long, the one the ring leaves idle
-// (through rank - 1: the ring sends on the cable to rank + 1). From the plugin's "relay:
+// (through rank - 1: the ring sends on the cable to rank + 1) by the fallback rule, either by
+// the route plan (issue 31; scenario route-plan checks its balance). From the plugin's "relay:
 // connected to <peer> via <neighbour>" lines. Returns "peer:via" for each relayed peer.
 std::string connectRingFirst(Context& ctx, CommTable* table) {
   if (ctx.topology != "ring" || ctx.nodes < 3) fail("--ring-first: run on a ring of 3 or more nodes (--topology ring)");
@@ -401,14 +402,22 @@ std::string connectRingFirst(Context& ctx, CommTable* table) {
   size_t mark = ctx.net.logSize();
   merge(table, establish(ctx, {uncabled, uncabled, 1, "patterns-relayed"}, ctx.deadline));
   std::map<int, int> via;  // relayed peer -> the neighbour its connect went through
-  for (const RelayedConnect& c : relayedConnects(ctx, mark)) via[c.target] = c.via;
+  std::set<int> planned;   // relayed peers whose connect followed the route plan (issue 31)
+  for (const RelayedConnect& c : relayedConnects(ctx, mark)) {
+    via[c.target] = c.via;
+    if (c.line.find("(route plan;") != std::string::npos) planned.insert(c.target);
+  }
   std::string out;
   for (int p : uncabled) {
     int forward = ((p - ctx.rank) % ctx.nodes + ctx.nodes) % ctx.nodes, backward = ctx.nodes - forward;
     int want = forward < backward ? ctx.next() : ctx.prev();
     auto it = via.find(p);
     if (it == via.end()) fail("--ring-first: rank %d's connect to rank %d logged no 'relay: connected to' line", ctx.rank, p);
-    if (it->second != want) {
+    // The route plan (every node's view agreed) balances relayed pairs over both directions
+    // of every cable, so where both ways are equally long either may be its choice; the
+    // fallback rule takes the one the ring leaves idle. Both take the shorter way.
+    bool either = forward == backward && planned.count(p) != 0;
+    if (it->second != want && !(either && it->second == ctx.next())) {
       fail("--ring-first: rank %d's relayed connect to rank %d went through rank %d; expected rank %d (%s)", ctx.rank, p,
            it->second, want,
            forward == backward ? "both ways equally long: the one the ring's sends to rank + 1 leave idle"

@@ -54,6 +54,8 @@ std::string runPatterns(Context& ctx);
 // scenario_relay_bench.cpp
 std::string runRelayBench(Context& ctx);
 std::string runRegistrations(Context& ctx);
+// scenario_route_plan.cpp
+std::string runRoutePlan(Context& ctx);
 
 // scenario_relay_faults.cpp
 std::string runRelayFaults(Context& ctx);

@@ -91,8 +91,17 @@ fabric_scenario(relay_faults_finalize_v11 4 120 --topology ring --env NCCL_MESH_
 fabric_scenario(relay_faults_cut 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000
                 -- relay-faults --mode cut)
 # Two relayed comms through one relay: one stalled (its receiver posts nothing) must not hold
-# up the other. A relay memory cap of one ring (4M = 8 x 512K): two 0->2 connects take both
+# up the other. The route plan puts 0 -> 2 and 2 -> 0 through different relays (each relay node
+# one pair), so this runs with the fallback rule, whose choices differ from try to try. A relay memory cap of one ring (4M = 8 x 512K): two 0->2 connects take both
 # relays, a third is refused by both (NoMemory) and fails within the connect timeout.
-fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode isolation)
+fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_PLAN=0
+                -- relay-faults --mode isolation)
+# Issue 31: one relay route table for the whole cluster. Every node of a 4-ring logs the same
+# table digest and the 4 relayed pairs load each of the 8 cable directions once; with node 0's
+# HELLOs to node 1 dropped (198.18.0.1 is node 0's end of link 0, the 0-1 cable; a test-only
+# switch) every node logs the disagreement and every pair still connects by the fallback rule.
+fabric_scenario(route_plan_ring4 4 60 --topology ring --env NCCL_MESH_RELAY=auto -- route-plan)
+fabric_scenario(route_plan_drop_ring4 4 60 --topology ring --env NCCL_MESH_RELAY=auto
+                --env MESH_TEST_DROP_HELLOS_FROM=198.18.0.1 -- route-plan --expect disagree)
 fabric_scenario(relay_faults_memcap 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MEM=4M
                 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- relay-faults --mode memcap)

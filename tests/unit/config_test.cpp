@@ -95,6 +95,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
               {"NCCL_MESH_ROUTES", "198.18.2.0/24=198.18.0.2"},
               {"NCCL_MESH_RELAY_PORT", "42000"},
               {"NCCL_MESH_RELAY_MAX_HOPS", "3"},
+              {"NCCL_MESH_RELAY_PLAN", "0"},
               {"NCCL_MESH_RELAY_CHUNK", "1M"},
               {"NCCL_MESH_RELAY_DEPTH", "4"},
               {"NCCL_MESH_RELAY_MEM", "256M"}};
@@ -126,6 +127,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
   EXPECT_EQ(c.staticRoutes[0], (StaticRoute{{0xC6120200u, 24}, 0xC6120002u}));
   EXPECT_EQ(c.relayPort, 42000);
   EXPECT_EQ(c.relayMaxHops, 3);
+  EXPECT_FALSE(c.relayPlan);
   EXPECT_EQ(c.relayChunk, 1u << 20);
   EXPECT_EQ(c.relayDepth, 4);
   EXPECT_EQ(c.relayMem, 256u << 20);
@@ -340,11 +342,11 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_IB_MTU", "NCCL_MESH_QPS_PER_CONN", "NCCL_MESH_SPLIT_MIN", "NCCL_MESH_CHUNK_SIZE",
         "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_GDR_FLUSH_DISABLE",
         "NCCL_MESH_FORCE_FLUSH", "NCCL_MESH_RELAY", "NCCL_MESH_ROUTES", "NCCL_MESH_RELAY_PORT",
-        "NCCL_MESH_RELAY_MAX_HOPS", "NCCL_MESH_RELAY_CHUNK", "NCCL_MESH_RELAY_DEPTH",
+        "NCCL_MESH_RELAY_MAX_HOPS", "NCCL_MESH_RELAY_PLAN", "NCCL_MESH_RELAY_CHUNK", "NCCL_MESH_RELAY_DEPTH",
         "NCCL_MESH_RELAY_MEM", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 30u);
+  EXPECT_EQ(names.size(), 31u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

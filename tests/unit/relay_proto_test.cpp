@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -29,6 +30,23 @@ RelayMessage sampleHello(size_t addrs, size_t routes) {
   for (size_t i = 0; i < routes; ++i) {
     m.hello.routes.push_back({{0xC6120000u + static_cast<uint32_t>((i % 256) << 8), 24},
                               static_cast<uint8_t>(i % (kRouteHopsUnreachable + 1))});
+  }
+  return m;
+}
+
+// A HELLO of one node of an n-node cluster whose every node has `addrs` addresses and
+// `neighbours` neighbours (the records of all n, the sender's first).
+RelayMessage sampleHelloWithRecords(size_t n, size_t addrs, size_t neighbours, size_t routes) {
+  RelayMessage m = sampleHello(std::max<size_t>(addrs, 1), routes);
+  for (size_t i = 0; i < n; ++i) {
+    TopologyRecord r;
+    r.origin = i == 0 ? m.hello.node : 0x7000 + i;
+    r.seq = 1700000000000ull + i;
+    r.topologyDigest = 0x1111222233334444ull;
+    r.tableDigest = 0x5555666677778888ull;
+    for (size_t a = 0; a < addrs; ++a) r.addrs.push_back({0xC6120001u + static_cast<uint32_t>((a + 8 * i) << 8), 24});
+    for (size_t k = 0; k < neighbours; ++k) r.neighbours.push_back(0x7000 + (i + k + 1) % n);
+    m.topology.records.push_back(r);
   }
   return m;
 }
@@ -95,26 +113,127 @@ TEST(RelayProto, HelloRoundTripsAtEverySizeUpToTheLimits) {
     EXPECT_EQ(out.hello.addrs, in.hello.addrs);
     EXPECT_EQ(out.hello.routes, in.hello.routes);
   }
-  EXPECT_EQ(encodeOk(sampleHello(kHelloMaxAddresses, kHelloMaxRoutes)).size(), kRelayMaxHello);
+  EXPECT_LE(encodeOk(sampleHello(kHelloMaxAddresses, kHelloMaxRoutes)).size(), kRelayMaxHello);
+}
+
+TEST(RelayProto, HelloCarriesTheRoutePlansRecordsAndTheOverflowFlag) {
+  RelayMessage in = sampleHelloWithRecords(4, 2, 2, 4);
+  Bytes b = encodeOk(in);
+  EXPECT_EQ(b.size(), kRelayHeaderSize + kRelayHelloPrefix + 2 * 6 + 4 * 6 + 4 * (36 + 2 * 6 + 2 * 8));
+  EXPECT_EQ(b.size(), relayHelloSize(in.hello, in.topology));
+  RelayMessage out = parseOk(b);
+  EXPECT_EQ(out.hello.routes, in.hello.routes);
+  EXPECT_FALSE(out.topology.overflow);
+  EXPECT_EQ(out.topology.records, in.topology.records);
+
+  RelayMessage over = sampleHello(2, 4);
+  over.topology.overflow = true;
+  Bytes ob = encodeOk(over);
+  EXPECT_EQ(ob[16 + 9], kHelloFlagOverflow);
+  EXPECT_TRUE(parseOk(ob).topology.overflow);
+  EXPECT_TRUE(parseOk(ob).topology.records.empty());
+}
+
+TEST(RelayProto, EightNodesWithFourAddressesFitOneHelloWhateverTheCabling) {
+  // Every node cabled to the 7 others, 4 addresses each, and 32 subnets in the vector.
+  RelayMessage full = sampleHelloWithRecords(8, 4, 7, 32);
+  EXPECT_EQ(relayHelloSize(full.hello, full.topology), kHelloPlanGuaranteeBytes);
+  EXPECT_LE(encodeOk(full).size(), kRelayMaxHello);
+  // A ring of 8 with 8 addresses per node (both functions of both cables, a subnet each).
+  EXPECT_LE(encodeOk(sampleHelloWithRecords(8, 8, 2, 32)).size(), kRelayMaxHello);
+  // Beyond: the sender is told to send its view as overflow.
+  RelayMessage big = sampleHelloWithRecords(12, 8, 4, 32);
+  Bytes out;
+  std::string error;
+  EXPECT_FALSE(encodeRelay(big, &out, &error));
+  EXPECT_EQ(error, "relay: HELLO of " + std::to_string(relayHelloSize(big.hello, big.topology)) +
+                       " bytes exceeds 1472 (one datagram): send the view as overflow");
+}
+
+TEST(RelayProto, HelloRecordLayoutIsPinned) {
+  RelayMessage m = sampleHelloWithRecords(1, 1, 1, 0);
+  m.topology.records[0].neighbours = {0x0102030405060708ull};
+  Bytes b = encodeOk(m);
+  ASSERT_EQ(b.size(), 16u + 16u + 6u + 36u + 6u + 8u);
+  EXPECT_EQ(b[16 + 12], 1);  // nRecords
+  const uint8_t* r = &b[16 + 16 + 6];
+  EXPECT_EQ(getLe(r, 8), 0x0123456789abcdefull);
+  EXPECT_EQ(getLe(r + 8, 8), 1700000000000ull);
+  EXPECT_EQ(getLe(r + 16, 8), 0x1111222233334444ull);
+  EXPECT_EQ(getLe(r + 24, 8), 0x5555666677778888ull);
+  EXPECT_EQ(r[32], 1);
+  EXPECT_EQ(r[33], 1);
+  EXPECT_EQ(getLe(r + 36, 4), 0xC6120001u);
+  EXPECT_EQ(r[40], 24);
+  EXPECT_EQ(getLe(r + 42, 8), 0x0102030405060708ull);
+}
+
+TEST(RelayProto, HelloRecordRefusals) {
+  std::string error;
+  Bytes out;
+  RelayMessage m = sampleHelloWithRecords(kTopologyMaxRecords + 1, 0, 0, 0);
+  EXPECT_FALSE(encodeRelay(m, &out, &error));
+  EXPECT_EQ(error, "relay: HELLO carries 17 records (at most 16)");
+  m = sampleHelloWithRecords(2, 1, 1, 0);
+  m.topology.overflow = true;
+  EXPECT_FALSE(encodeRelay(m, &out, &error));
+  EXPECT_EQ(error, "relay: HELLO says its view overflows but carries records");
+  m = sampleHelloWithRecords(2, 1, 1, 0);
+  m.topology.records[1].origin = m.topology.records[0].origin;
+  EXPECT_FALSE(encodeRelay(m, &out, &error));
+  EXPECT_EQ(error, "relay: HELLO record 2: a second record of the same origin");
+  m = sampleHelloWithRecords(2, 1, 1, 0);
+  m.topology.records[1].neighbours[0] = 0;
+  EXPECT_FALSE(encodeRelay(m, &out, &error));
+  EXPECT_EQ(error, "relay: HELLO record 2: neighbour node 0 (reserved)");
+  m = sampleHelloWithRecords(1, 1, kTopologyMaxNeighbours + 1, 0);
+  EXPECT_FALSE(encodeRelay(m, &out, &error));
+  EXPECT_EQ(error, "relay: HELLO record 1: 16 neighbours (at most 15)");
+
+  // On the wire: a record cut short, bytes after the last record, unknown flags.
+  Bytes b = encodeOk(sampleHelloWithRecords(2, 1, 1, 0));
+  Bytes bad = b;
+  bad[16 + 12] = 3;
+  EXPECT_EQ(parseError(bad), "relay: HELLO record 3 is truncated");
+  bad = b;
+  bad[16 + 12] = 1;
+  EXPECT_EQ(parseError(bad), "relay: HELLO has 50 bytes after its last record");
+  bad = b;
+  bad[16 + 16 + 6 + 33] = 9;
+  EXPECT_EQ(parseError(bad), "relay: HELLO record 1 with 1 addresses and 9 neighbours needs 114 bytes, 100 left");
+  bad = b;
+  bad[16 + 16 + 6 + 34] = 1;
+  EXPECT_EQ(parseError(bad), "relay: HELLO record reserved bytes must be 0");
+  bad = b;
+  bad[16 + 9] = 2;
+  EXPECT_EQ(parseError(bad), "relay: HELLO flags 2: unknown bits set");
+}
+
+TEST(RelayProto, AVersionOneHelloIsRefusedNamingBothVersions) {
+  Bytes b = encodeOk(sampleHello(1, 1));
+  putLe(&b[4], 1, 2);
+  EXPECT_EQ(parseError(b), "relay: peer speaks relay protocol version 1, this build speaks " +
+                               std::to_string(kRelayVersion) + "; run the same nccl-mesh version on every node");
 }
 
 TEST(RelayProto, HelloLayoutIsLittleEndianAndPinned) {
   RelayMessage m = sampleHello(1, 1);
   m.hello.routes[0] = {{0xC6120300u, 24}, 2};
   Bytes b = encodeOk(m);
-  ASSERT_EQ(b.size(), 40u);
+  ASSERT_EQ(b.size(), 44u);
   EXPECT_EQ(Bytes(b.begin(), b.begin() + 4), (Bytes{'M', 'R', 'L', '1'}));
   EXPECT_EQ(getLe(&b[4], 2), kRelayVersion);
   EXPECT_EQ(getLe(&b[6], 2), 1u);
-  EXPECT_EQ(getLe(&b[8], 4), 40u);
+  EXPECT_EQ(getLe(&b[8], 4), 44u);
   EXPECT_EQ(getLe(&b[16], 8), 0x0123456789abcdefull);
   EXPECT_EQ(b[24], 1);
   EXPECT_EQ(getLe(&b[26], 2), 1u);
-  EXPECT_EQ(getLe(&b[28], 4), 0xC6120001u);
-  EXPECT_EQ(b[32], 24);
-  EXPECT_EQ(getLe(&b[34], 4), 0xC6120300u);
-  EXPECT_EQ(b[38], 24);
-  EXPECT_EQ(b[39], 2);
+  EXPECT_EQ(b[28], 0);  // no records
+  EXPECT_EQ(getLe(&b[32], 4), 0xC6120001u);
+  EXPECT_EQ(b[36], 24);
+  EXPECT_EQ(getLe(&b[38], 4), 0xC6120300u);
+  EXPECT_EQ(b[42], 24);
+  EXPECT_EQ(b[43], 2);
 }
 
 TEST(RelayProto, HelloRefusals) {
@@ -139,15 +258,15 @@ TEST(RelayProto, HelloRefusals) {
   Bytes b = encodeOk(sampleHello(2, 2));
   Bytes bad = b;
   bad[24] = 3;
-  EXPECT_EQ(parseError(bad), "relay: HELLO with 3 addresses and 2 routes is 42 body bytes, got 36");
+  EXPECT_EQ(parseError(bad), "relay: HELLO with 3 addresses, 2 routes and 0 records is 46 body bytes, got 40");
   bad = b;
-  bad[25] = 1;
-  EXPECT_EQ(parseError(bad), "relay: HELLO reserved byte must be 0");
+  bad[29] = 1;
+  EXPECT_EQ(parseError(bad), "relay: HELLO reserved bytes must be 0");
   bad = b;
-  bad[28 + 5] = 1;
+  bad[32 + 5] = 1;
   EXPECT_EQ(parseError(bad), "relay: HELLO address reserved byte must be 0");
   bad = b;
-  bad[28 + 4] = 33;
+  bad[32 + 4] = 33;
   EXPECT_EQ(parseError(bad), "relay: HELLO address with prefix length 33");
 }
 
@@ -273,7 +392,8 @@ std::filesystem::path seedDir() { return std::filesystem::path(MESH_TESTS_DIR) /
 
 std::vector<RelayMessage> seedMessages() {
   return {sampleHello(1, 0), sampleHello(3, 5), sampleOpen(0), sampleOpen(2),
-          sampleReply(RelayStatus::Ok, ""), sampleReply(RelayStatus::PeerRefused, "C refused: wrong token")};
+          sampleReply(RelayStatus::Ok, ""), sampleReply(RelayStatus::PeerRefused, "C refused: wrong token"),
+          sampleHelloWithRecords(4, 2, 2, 4)};
 }
 
 // Regenerates the seeds: mesh_unit_tests --gtest_also_run_disabled_tests

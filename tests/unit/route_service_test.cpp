@@ -88,11 +88,13 @@ struct Pair {
 
   // holdMs: long by default, so that a loaded 2-core CI machine never expires a live
   // neighbour; short where expiry is the point.
-  explicit Pair(uint64_t holdMs = 5000) {
+  // aDrops: A's addresses that send no HELLO (the test-only switch).
+  explicit Pair(uint64_t holdMs = 5000, std::vector<uint32_t> aDrops = {}) {
     EXPECT_EQ(reactor.start(), ncclSuccess);
+    RouteServiceSettings sa = settings("127.0.1.2", &portB, holdMs);
+    sa.dropHellosFrom = std::move(aDrops);
     a = std::make_unique<RouteService>(
-        &reactor, std::vector<LocalNic>{nic(0, "a0", "127.0.1.1", 24), nic(1, "a1", "127.0.2.1", 24)},
-        settings("127.0.1.2", &portB, holdMs));
+        &reactor, std::vector<LocalNic>{nic(0, "a0", "127.0.1.1", 24), nic(1, "a1", "127.0.2.1", 24)}, sa);
     b = std::make_unique<RouteService>(
         &reactor, std::vector<LocalNic>{nic(0, "b0", "127.0.1.2", 24), nic(1, "b1", "127.0.3.1", 24)},
         settings("127.0.1.1", &portA, holdMs));
@@ -151,6 +153,7 @@ TEST(RouteService, SettingsFromConfig) {
   EXPECT_EQ(s.udpPort, 40000);
   EXPECT_EQ(s.routes.maxHops, 3);
   EXPECT_EQ(s.routes.holdMs, 4u * static_cast<uint64_t>(s.helloMs));
+  EXPECT_TRUE(s.dropHellosFrom.empty());
 }
 
 TEST(RouteService, TwoNodesLearnEachOthersSubnets) {
@@ -250,6 +253,56 @@ TEST(RouteService, StartNeedsARunningReactor) {
   RouteService s(&idle, {nic(0, "p0", "127.0.5.1", 24)}, RouteServiceSettings{});
   EXPECT_EQ(s.start(), ncclInternalError);
   s.stop();
+}
+
+// The route plan (issue 31): both nodes hold both records and the same digests, so they
+// agree; a node's plan answers nothing for a peer it is cabled to.
+TEST(RouteService, TwoNodesBuildTheSamePictureAndAgree) {
+  Pair pair;
+  pair.start();
+  auto agreed = [&] {
+    return pair.a->agreement().agree && pair.b->agreement().agree && pair.a->plan().nodes.size() == 2 &&
+           pair.b->plan().nodes.size() == 2 && pair.a->plan().tableDigest == pair.b->plan().tableDigest;
+  };
+  ASSERT_TRUE(waitFor(agreed)) << pair.a->agreement().why << " / " << pair.b->agreement().why;
+  RoutePlan plan = pair.a->plan();
+  EXPECT_EQ(plan.topologyDigest, pair.b->plan().topologyDigest);
+  EXPECT_TRUE(plan.paths.empty());  // two cabled nodes: nothing to relay
+  ASSERT_EQ(plan.loads.size(), 2u);
+  EXPECT_EQ(plan.nodeOf(ip("127.0.3.1")), pair.b->self());
+  std::vector<TopologyRecord> records = pair.b->records();
+  ASSERT_EQ(records.size(), 2u);
+  for (const TopologyRecord& r : records) {
+    EXPECT_EQ(r.neighbours.size(), 1u);
+    EXPECT_EQ(r.tableDigest, plan.tableDigest);
+  }
+  EXPECT_EQ(pair.a->planNextHop(0, {HandleAddress{ip("127.0.3.1"), 24, 0}}), 0u);
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();
+}
+
+// MESH_TEST_DROP_HELLOS_FROM on A's link address: B never hears A, A hears B, and A sees
+// the half-heard cable as a disagreement (B, alone in its picture, has nobody to disagree with).
+TEST(RouteService, HellosDroppedOneWayAreADisagreement) {
+  EXPECT_EQ(parseDropHellosFrom(" 127.0.1.1, bad ,10.0.0.1"), (std::vector<uint32_t>{ip("127.0.1.1"), ip("10.0.0.1")}));
+  EXPECT_TRUE(parseDropHellosFrom(nullptr).empty());
+  Pair pair(5000, {ip("127.0.1.1")});
+  pair.start();
+  std::string why;
+  ASSERT_TRUE(waitFor([&] {
+    PlanAgreement a = pair.a->agreement();
+    why = a.why;
+    return !a.agree && pair.a->plan().nodes.size() == 2;
+  })) << why;
+  EXPECT_EQ(why, "node " + hex64(pair.a->self()) + " hears node " + hex64(pair.b->self()) + " but node " +
+                     hex64(pair.b->self()) + " does not hear node " + hex64(pair.a->self()) +
+                     " (HELLOs lost one way, or a cable just cut)");
+  EXPECT_EQ(pair.b->neighbourCount(), 0u);
+  EXPECT_EQ(pair.b->plan().nodes.size(), 1u);
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();
 }
 
 TEST(RouteService, NeighbourGoesWhenSilent) {

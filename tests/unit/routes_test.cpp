@@ -351,6 +351,42 @@ TEST(Routes, FewerRelaysStillWinOverAnIdlePort) {
   EXPECT_EQ(hops[2].route.localPort, 1) << "three relays: last, however idle";
 }
 
+TEST(Routes, ThePlannedNeighbourGoesFirstOrIsAddedFromItsLinks) {
+  auto hop = [](int port, NodeId node, uint32_t addr) {
+    NextHop h;
+    h.peerAddr = 0xC6120203u;
+    h.route.hops = 1;
+    h.route.source = RouteSource::Learned;
+    h.route.localPort = port;
+    h.route.nextHop = node;
+    h.route.nextHopAddr = addr;
+    return h;
+  };
+  std::vector<NextHop> hops{hop(0, 0x11, 0xC6120002u), hop(1, 0x22, 0xC6120102u), hop(2, 0x33, 0xC6120402u)};
+  std::vector<NextHop> same = hops;
+  preferPlannedHop(&same, 0, 0xC6120203u, {});
+  EXPECT_EQ(same.size(), 3u);
+  EXPECT_FALSE(same[0].planned);
+  preferPlannedHop(&hops, 0x22, 0xC6120203u, {});
+  ASSERT_EQ(hops.size(), 3u);
+  EXPECT_EQ(hops[0].route.nextHop, 0x22u);
+  EXPECT_TRUE(hops[0].planned);
+  EXPECT_EQ(hops[1].route.nextHop, 0x11u);  // the others keep their order
+  EXPECT_EQ(hops[2].route.nextHop, 0x33u);
+  EXPECT_FALSE(hops[1].planned);
+  // The distance vector chose other neighbours: the planned one is asked through its links.
+  std::vector<NextHop> other{hop(0, 0x11, 0xC6120002u)};
+  preferPlannedHop(&other, 0x44, 0xC6120203u,
+                   {{0, 0x11, 0xC6120002u}, {3, 0x44, 0xC6120502u}, {4, 0x44, 0xC6120602u}});
+  ASSERT_EQ(other.size(), 3u);
+  EXPECT_EQ(other[0].route.nextHopAddr, 0xC6120502u);
+  EXPECT_EQ(other[0].route.localPort, 3);
+  EXPECT_EQ(other[1].route.nextHopAddr, 0xC6120602u);
+  EXPECT_TRUE(other[0].planned && other[1].planned);
+  EXPECT_EQ(other[0].peerAddr, 0xC6120203u);
+  EXPECT_EQ(other[2].route.nextHop, 0x11u);
+}
+
 TEST(Routes, TableDoesNotDependOnTheOrderHellosArrive) {
   Mesh reference(5, ring(5));
   reference.converge();

@@ -74,9 +74,13 @@ class Plugin {
   // Relay (NCCL_MESH_RELAY=auto): the neighbours that reach a peer we have no cable to,
   // preferred first; and how a relayed connect asks them.
   NextHopResult relayNextHops(const std::vector<HandleAddress>& peer);
-  // relayNextHops() reduced to relayed next hops on `nics`, none of them in `exclude`.
+  // relayNextHops() reduced to relayed next hops on `nics`, none of them in `exclude`, in the
+  // fallback rule's order, with the route plan's next hop for the pair (origin, peer) first
+  // while views agree (origin 0: this node).
   std::vector<NextHop> relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
-                                       const std::vector<NodeId>& exclude);
+                                       NodeId origin, const std::vector<NodeId>& exclude);
+  // The route discovery service; nullptr unless NCCL_MESH_RELAY=auto started it.
+  const RouteService* routeService() const { return routes_.get(); }
   RelayConnectSettings relayConnectSettings() const;
   HandshakeSettings handshakeSettings() const;  // NCCL_MESH_* timeouts, listen address, port range
   RelayService* relayService() { return relay_.get(); }

@@ -3,18 +3,27 @@
 // mesh port, and the RELAY-OPEN request/reply a connecting node A exchanges with the relay
 // service of its next hop B to reach a listener C it has no cable to. Pure code:
 // encode/parse are unit-tested and fuzzed (HELLOs come from anyone on a link, requests
-// from anyone who reaches the relay port). Nothing sends these yet: the relay service is
-// the next step of the issue.
+// from anyone who reaches the relay port).
 //
 // Message = Header + body, all fields little-endian, fixed width, reserved bytes zero:
 //   Header (16 bytes): magic u32 (kRelayMagic) | version u16 | type u16 |
 //                      length u32 (whole message, header included) | reserved u32
-//   HELLO (type 1), one UDP datagram, at most kRelayMaxHello = 1420 bytes (one Ethernet
-//   frame with IPv4 and UDP headers):
-//     node u64 | nAddrs u8 (1..32) | reserved u8 | nRoutes u16 (0..200) |
+//   HELLO (type 1), one UDP datagram, at most kRelayMaxHello = 1472 bytes (a 1500-byte IPv4
+//   packet less its IPv4 and UDP headers):
+//     node u64 | nAddrs u8 (1..32) | flags u8 | nRoutes u16 (0..200) | nRecords u8 (0..16) |
+//     reserved u8 | reserved u16 |
 //     nAddrs × Addr (6 bytes):  addr u32 | prefixLen u8 (0..32) | reserved u8
 //     nRoutes × Route (6 bytes): subnet u32 (host bits zero) | prefixLen u8 | hops u8
 //                                (0..16; 16 = unreachable)
+//     nRecords × Record (36 bytes + lists), the route plan's flooding (topology_view.h):
+//       origin u64 | seq u64 | topologyDigest u64 | tableDigest u64 | nAddrs u8 (0..32) |
+//       nNeighbours u8 (0..15) | reserved u16 | nAddrs × Addr | nNeighbours × node u64
+//     flags: bit 0 (kHelloFlagOverflow) = the sender's view did not fit: nRecords is 0 and
+//     no node uses the plan while it is said; the other bits are 0.
+//   Version 2 added the records (and the 4 prefix bytes that count them); a version 1 HELLO
+//   is refused, naming both versions. What fits: kHelloPlanGuaranteeBytes below (8 nodes
+//   with up to 4 mesh addresses each, any cabling); a ring or line of 8 with 8 addresses
+//   each fits too. A view that does not fit is sent as overflow (the fallback rule).
 //   OPEN (type 2), A → B over TCP:
 //     origin u64 (A's node) | request u64 (A's id for it) | hopBudget u8 (1..15: relays
 //     that may still forward, B included) | nVisited u8 (0..15) | reserved u16 |
@@ -34,31 +43,42 @@
 #include <vector>
 
 #include "mesh/routing/routes.h"
+#include "mesh/routing/topology_view.h"
 #include "mesh/wire/handle_codec.h"
 
 namespace mesh {
 
 constexpr uint32_t kRelayMagic = 0x314c524du;  // "MRL1" as little-endian bytes
 // 2: relayed data as tickets striped over every QP of a leg (comm.h); a version-1 relay
-// would read a ticket's immediate as a byte count.
-constexpr uint16_t kRelayVersion = 2;
+// would read a ticket's immediate as a byte count. 3: HELLOs carry the route plan's records
+// (mesh/routing/topology_view.h).
+constexpr uint16_t kRelayVersion = 3;
 constexpr size_t kRelayHeaderSize = 16;
-constexpr size_t kRelayHelloPrefix = 12;
+constexpr size_t kRelayHelloPrefix = 16;
 constexpr size_t kRelayHelloAddrSize = 6;
 constexpr size_t kRelayHelloRouteSize = 6;
+constexpr size_t kRelayHelloRecordPrefix = 36;
+constexpr uint8_t kHelloFlagOverflow = 1;
 constexpr size_t kRelayOpenPrefix = 24;
 constexpr size_t kRelayReplyPrefix = 16;
 constexpr size_t kRelayMaxReason = 512;
 constexpr int kRelayMaxHopBudget = kRouteMaxHopsLimit;
-constexpr size_t kRelayMaxHello = kRelayHeaderSize + kRelayHelloPrefix +
-                                  kHelloMaxAddresses * kRelayHelloAddrSize +
-                                  kHelloMaxRoutes * kRelayHelloRouteSize;
+constexpr size_t kRelayMaxHello = 1500 - 20 - 8;
+// The largest HELLO of 8 nodes with up to 4 mesh addresses each, whatever the cabling: its
+// own addresses, every subnet once in its vector, and 8 records naming 7 neighbours each.
+constexpr size_t kHelloPlanGuaranteeBytes =
+    kRelayHeaderSize + kRelayHelloPrefix + 4 * kRelayHelloAddrSize + 8 * 4 * kRelayHelloRouteSize +
+    8 * (kRelayHelloRecordPrefix + 4 * kRelayHelloAddrSize + 7 * sizeof(uint64_t));
+static_assert(kHelloPlanGuaranteeBytes <= kRelayMaxHello, "8 nodes' views must fit one HELLO");
+static_assert(kRelayHeaderSize + kRelayHelloPrefix + kHelloMaxAddresses * kRelayHelloAddrSize +
+                      kHelloMaxRoutes * kRelayHelloRouteSize <= kRelayMaxHello,
+              "a HELLO without records must always fit");
 constexpr size_t kRelayMaxOpen = kRelayHeaderSize + kRelayOpenPrefix + kHandleSize +
                                  kRelayMaxHopBudget * sizeof(uint64_t);
 constexpr size_t kRelayMaxReply = kRelayHeaderSize + kRelayReplyPrefix +
                                   (kHandleSize > kRelayMaxReason ? kHandleSize : kRelayMaxReason);
 constexpr size_t kRelayMaxMessage = kRelayMaxHello;
-static_assert(kRelayMaxHello == 1420, "HELLO wire format changed (and must fit 1472 bytes)");
+static_assert(kRelayMaxHello == 1472, "HELLO wire format changed (and must fit 1472 bytes)");
 static_assert(kRelayMaxOpen == 288 && kRelayMaxReply == 544, "relay-open wire format changed");
 static_assert(kRelayMaxOpen <= kRelayMaxMessage && kRelayMaxReply <= kRelayMaxMessage,
               "kRelayMaxMessage bounds every message");
@@ -98,10 +118,15 @@ struct RelayOpenReply {
 
 struct RelayMessage {
   RelayType type = RelayType::Hello;
-  NodeHello hello;       // Hello
+  NodeHello hello;          // Hello
+  HelloTopology topology;   // Hello: the route plan's records
   RelayOpen open;        // Open
   RelayOpenReply reply;  // OpenReply
 };
+
+// The bytes a HELLO with this body and topology takes on the wire (before any check): a
+// sender compares it with kRelayMaxHello and sends its view as overflow when it is over.
+size_t relayHelloSize(const NodeHello& hello, const HelloTopology& topology);
 
 // Serializes the part of msg its type names. Fails, with *error, on anything parse would
 // reject (counts, limits, host bits, node 0, an unencodable handle, an over-long reason).

@@ -78,8 +78,9 @@ struct RelayConnectSettings {
   std::vector<NodeId> visited;  // relays already on the path (loop guard)
 };
 
-// The neighbours that may relay to `peer`, preferred first, leaving out those in `exclude`.
-using RelayLookup = std::function<std::vector<NextHop>(const std::vector<HandleAddress>& peer,
+// The neighbours that may relay to `peer` for the pair (origin, peer), preferred first (the
+// route plan's, then the fallback rule's), leaving out those in `exclude`.
+using RelayLookup = std::function<std::vector<NextHop>(const std::vector<HandleAddress>& peer, NodeId origin,
                                                        const std::vector<NodeId>& exclude)>;
 
 class RelayService {

@@ -2,8 +2,22 @@
 // The live route-discovery service of the relay (issue 15): sends this node's HELLO
 // (mesh/relay/relay_proto.h) on every mesh port every helloMs, feeds the HELLOs its neighbours
 // send into a RouteTable (mesh/routing/routes.h), expires silent neighbours, and answers
-// nextHops()/describe() from any thread. Owns: the UDP sockets, the route table and the
-// timer that drives both; nothing else (it neither forwards data nor opens relayed paths).
+// nextHops()/describe() from any thread. Owns: the UDP sockets, the route table, this node's
+// view of the whole cabling and the route plan computed from it (issue 31,
+// mesh/routing/topology_view.h) and the timer that drives them; nothing else (it neither
+// forwards data nor opens relayed paths).
+//
+// The route plan: the HELLOs also flood every node's adjacency and plan digests. The plan is
+// recomputed whenever the picture changes, and planNextHop() answers from it only while
+// every node's view agrees with ours; otherwise relayed connects use the fallback rule
+// (routes.h: fewer relays, node id, idle port). Logged at INFO: one line per new plan, one
+// when views agree ("route plan in use"), and one when they have disagreed for two HELLO
+// periods ("views disagree", naming the node and the digests); short disagreements while
+// nodes start or a cable changes are not logged, only bridged by the fallback.
+//
+// Test-only: MESH_TEST_DROP_HELLOS_FROM=ADDR[,ADDR...] (read by routeServiceSettings): this
+// process sends no HELLO from those local addresses, as if every one were lost on the way
+// out (the fabric's view-disagreement test). Not a setting; never set it on a real job.
 //
 // Wire: UDP, one datagram per HELLO, port udpPort (NCCL_MESH_RELAY_PORT: the relay's TCP
 // port number, on UDP).
@@ -40,8 +54,10 @@
 #include "err.h"
 #include "mesh/config/config.h"
 #include "mesh/connect/reactor.h"
+#include "mesh/routing/route_plan.h"
 #include "mesh/routing/routes.h"
 #include "mesh/routing/subnet_routing.h"
+#include "mesh/routing/topology_view.h"
 
 namespace mesh {
 
@@ -49,6 +65,10 @@ namespace mesh {
 // HELLOs count as the node's own): FNV-1a 64 over the sorted, de-duplicated (address,
 // prefix) pairs of every port. Never 0 (0 is "no node").
 NodeId nodeIdFromPorts(const std::vector<LocalNic>& ports);
+
+// The test-only switch above: the addresses in MESH_TEST_DROP_HELLOS_FROM (comma-separated;
+// what does not parse is skipped).
+std::vector<uint32_t> parseDropHellosFrom(const char* text);
 
 // Where the HELLOs sent from one local address go. The default (helloDestinations) is
 // the broadcast rule above; unit tests, which cannot broadcast on loopback, replace it.
@@ -63,6 +83,7 @@ struct RouteServiceSettings {
   std::vector<StaticRoute> statics;
   // Called on the reactor thread before every send, with the service's bound port.
   HelloDestinations destinations = helloDestinations;
+  std::vector<uint32_t> dropHellosFrom;  // test-only: local addresses that send no HELLO
 };
 
 // The settings a plugin process uses: NCCL_MESH_RELAY_PORT, _MAX_HOPS, NCCL_MESH_ROUTES,
@@ -98,6 +119,15 @@ class RouteService {
   int udpPort() const;
   NextHopResult nextHops(const std::vector<HandleAddress>& peer) const;
   std::vector<std::string> describe() const;
+  // The route plan: the neighbour through which this node forwards the relayed pair
+  // (origin, the node holding one of `target`'s addresses) by the plan, origin 0 meaning
+  // this node; this node's own plan for (self, target) when it is not on the pair's path.
+  // 0 while views disagree, or when the plan has no path for it: the caller then uses the
+  // fallback rule.
+  NodeId planNextHop(NodeId origin, const std::vector<HandleAddress>& target) const;
+  RoutePlan plan() const;
+  PlanAgreement agreement() const;
+  std::vector<TopologyRecord> records() const;
   size_t neighbourCount() const;
   std::vector<NeighbourLink> neighbours() const;
   RouteServiceCounters counters() const;

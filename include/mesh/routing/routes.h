@@ -32,7 +32,9 @@
 //     then the tie-break of 1; then the lower peer address; one entry per distinct
 //     (local port, next-hop address), the preferred first;
 //  3. at connect time (preferIdlePorts): among equally short ways, the local port with the
-//     fewest of this process's send connections.
+//     fewest of this process's send connections. This is the fallback rule: while every
+//     node's view of the cabling agrees, the route plan (route_plan.h) names the neighbour
+//     to ask first (preferPlannedHop).
 #pragma once
 
 #include <cstddef>
@@ -113,6 +115,7 @@ struct RouteSettings {
 struct NextHop {
   uint32_t peerAddr = 0;
   RelayRoute route;
+  bool planned = false;  // the route plan's choice (preferPlannedHop), not the fallback rule's
 };
 
 // A live neighbour, for logs ("neighbour node N on port P appeared/went").
@@ -137,6 +140,14 @@ struct NextHopResult {
 // one cable direction of every node: this puts relayed traffic on the direction it leaves
 // idle. Stable and deterministic for the same loads.
 void preferIdlePorts(std::vector<NextHop>* hops, const std::function<int(int localPort)>& sendsOnPort);
+
+// Puts the ways through neighbour `planned` (the route plan's next hop) first, marked
+// planned, the others after them in the order given. When no candidate goes through it (the
+// distance vector chose another neighbour for every address of the peer), one is made from
+// each of `links` to that neighbour, reaching peerAddr, in the order of `links`.
+// planned == 0: nothing changes.
+void preferPlannedHop(std::vector<NextHop>* hops, NodeId planned, uint32_t peerAddr,
+                      const std::vector<NeighbourLink>& links);
 
 // One node's routing state. Not thread-safe: the owner (later the relay service's thread)
 // serializes calls.

@@ -72,6 +72,10 @@ struct RelayView {
   std::vector<std::string> problems;    // ignored static routes
   bool live = false;                    // --listen
   std::vector<std::string> neighbours;  // --listen: who was heard
+  // --listen: the route plan this node computed (issue 31): whether it is in use, the nodes
+  // as heard (RoutePlan nodes), then RoutePlan::describe() (digests, pairs, cable loads).
+  std::string planState;
+  std::vector<std::string> plan;
   std::function<mesh::NextHopResult(const std::vector<mesh::HandleAddress>&)> nextHops;
 };
 

@@ -193,6 +193,8 @@ void printRelayTable(const RelayView& relay) {
   if (relay.live) {
     printf("Neighbours heard: %zu\n", relay.neighbours.size());
     for (const std::string& n : relay.neighbours) printf("  %s\n", n.c_str());
+    printf("Route plan (the same table digest on two nodes = the same table): %s\n", relay.planState.c_str());
+    for (const std::string& line : relay.plan) printf("  %s\n", line.c_str());
   }
 }
 
@@ -295,7 +297,11 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
   if (relay != nullptr) {
     printf("  \"relay_routes\": %s,\n", jsonList(relay->lines, jsonString).c_str());
     printf("  \"relay_problems\": %s,\n", jsonList(relay->problems, jsonString).c_str());
-    if (relay->live) printf("  \"relay_neighbours\": %s,\n", jsonList(relay->neighbours, jsonString).c_str());
+    if (relay->live) {
+      printf("  \"relay_neighbours\": %s,\n", jsonList(relay->neighbours, jsonString).c_str());
+      printf("  \"relay_plan_state\": %s,\n", jsonString(relay->planState).c_str());
+      printf("  \"relay_plan\": %s,\n", jsonList(relay->plan, jsonString).c_str());
+    }
   }
   printf("  \"peers\": %s\n}\n",
          jsonList(routes, [&](const PeerRoutes& pr) { return jsonPeer(pr, d); }).c_str());

@@ -98,6 +98,27 @@ bool everyPortHeard(const std::vector<mesh::LocalNic>& nics, const std::vector<m
   return true;
 }
 
+// The route plan as this node computed it, for comparing nodes by eye: the same table
+// digest on two nodes means the same table.
+void describePlan(const mesh::RouteService& service, RelayView* view) {
+  mesh::RoutePlan plan = service.plan();
+  mesh::PlanAgreement agreement = service.agreement();
+  view->planState = agreement.agree ? mesh::strf("every node's view agrees: relayed connects follow the plan "
+                                                 "(%zu node(s))", plan.nodes.size())
+                                    : "views disagree: " + agreement.why +
+                                          "; relayed connects use the fallback rule";
+  for (const mesh::PlanNode& n : plan.nodes) {
+    std::string line = "node " + mesh::hex64(n.id) + (n.id == service.self() ? " (this node)" : "") + ":";
+    for (const mesh::Ipv4Prefix& a : n.addrs) line += " " + mesh::formatPrefix(a);
+    line += "; hears";
+    for (mesh::NodeId nb : n.neighbours) line += " " + mesh::hex64(nb);
+    if (n.neighbours.empty()) line += " nobody";
+    view->plan.push_back(line);
+  }
+  std::vector<std::string> table = plan.describe();
+  view->plan.insert(view->plan.end(), table.begin(), table.end());
+}
+
 bool listenRelay(const Options& opt, const mesh::Plugin& plugin, RelayView* view) {
   using Clock = std::chrono::steady_clock;
   std::vector<mesh::LocalNic> nics = localNics(plugin.discovery());
@@ -109,17 +130,20 @@ bool listenRelay(const Options& opt, const mesh::Plugin& plugin, RelayView* view
   Clock::time_point begin = Clock::now();
   Clock::time_point changed = begin;
   std::vector<std::string> last = live->service->describe();
+  uint64_t lastPlan = live->service->plan().tableDigest;
   bool settled = false;
   while (!settled && Clock::now() - begin < std::chrono::seconds(opt.listenS)) {
     // Watching the table is all the tool does meanwhile; 100 ms is a tenth of a period.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<std::string> lines = live->service->describe();
-    if (lines != last) {
+    uint64_t plan = live->service->plan().tableDigest;
+    if (lines != last || plan != lastPlan) {
       last.swap(lines);
+      lastPlan = plan;
       changed = Clock::now();
     }
     settled = Clock::now() - changed >= std::chrono::milliseconds(2 * settings.helloMs) &&
-              everyPortHeard(nics, live->service->neighbours());
+              everyPortHeard(nics, live->service->neighbours()) && live->service->agreement().agree;
   }
   view->live = true;
   view->title = mesh::strf("Relay routes learned by listening %.1f s (%s; node 0x%016llx, UDP port %d),\n"
@@ -139,6 +163,7 @@ bool listenRelay(const Options& opt, const mesh::Plugin& plugin, RelayView* view
   view->nextHops = [live](const std::vector<mesh::HandleAddress>& peer) {
     return live->service->nextHops(peer);
   };
+  describePlan(*live->service, view);
   return true;
 }
 

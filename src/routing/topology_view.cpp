@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// A node's view of the whole cabling and the plan computed from it (see topology_view.h).
+#include "mesh/routing/topology_view.h"
+
+#include <algorithm>
+
+namespace mesh {
+
+namespace {
+
+std::string node(NodeId id) { return "node " + hex64(id); }
+
+}  // namespace
+
+TopologyView::TopologyView(NodeId self, int maxHops, uint64_t holdMs)
+    : self_(self), maxHops_(maxHops), holdMs_(holdMs) {
+  replan();
+}
+
+TopologyRecord TopologyView::own() const {
+  TopologyRecord r;
+  r.origin = self_;
+  r.topologyDigest = plan_.topologyDigest;
+  r.tableDigest = plan_.tableDigest;
+  r.addrs = ownAddrs_;
+  r.neighbours = ownNeighbours_;
+  return r;
+}
+
+// The plan's input is every record's adjacency; digests and sequence numbers are not part
+// of it, so a record that only renews them leaves the plan alone.
+bool TopologyView::replan() {
+  std::vector<PlanNode> nodes;
+  nodes.push_back({self_, ownAddrs_, ownNeighbours_});
+  for (const auto& [origin, h] : held_) nodes.push_back({origin, h.record.addrs, h.record.neighbours});
+  std::vector<PlanNode> canonical = canonicalNodes(nodes);
+  if (!plan_.nodes.empty() && canonical == plan_.nodes) return false;
+  plan_ = planRoutes(std::move(canonical), maxHops_);
+  return true;
+}
+
+bool TopologyView::setOwn(std::vector<Ipv4Prefix> addrs, std::vector<NodeId> neighbours) {
+  std::sort(neighbours.begin(), neighbours.end());
+  neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
+  ownAddrs_ = std::move(addrs);
+  ownNeighbours_ = std::move(neighbours);
+  return replan();
+}
+
+bool TopologyView::onHello(NodeId sender, const HelloTopology& t, uint64_t nowMs) {
+  bool changed = false;
+  if (t.overflow) {
+    changed = overflowSeenMs_.count(sender) == 0;
+    overflowSeenMs_[sender] = nowMs;
+  }
+  for (const TopologyRecord& r : t.records) {
+    if (r.origin == self_ || r.origin == 0) continue;
+    auto it = held_.find(r.origin);
+    if (it != held_.end() && r.seq <= it->second.record.seq) continue;
+    auto dead = tombstones_.find(r.origin);
+    if (dead != tombstones_.end()) {
+      if (r.seq <= dead->second.record.seq) continue;
+      tombstones_.erase(dead);
+    }
+    if (it == held_.end() || !it->second.record.sameContent(r)) changed = true;
+    held_[r.origin] = Held{r, nowMs};
+  }
+  replan();
+  return changed;
+}
+
+bool TopologyView::expire(uint64_t nowMs) {
+  auto stale = [this, nowMs](uint64_t since) { return nowMs > since && nowMs - since > holdMs_; };
+  bool gone = false;
+  for (auto it = held_.begin(); it != held_.end();) {
+    bool drop = stale(it->second.renewedMs);
+    if (drop) tombstones_[it->first] = Held{it->second.record, nowMs};
+    gone = gone || drop;
+    it = drop ? held_.erase(it) : std::next(it);
+  }
+  for (auto it = tombstones_.begin(); it != tombstones_.end();) {
+    bool old = nowMs > it->second.renewedMs && nowMs - it->second.renewedMs > 3 * holdMs_;
+    it = old ? tombstones_.erase(it) : std::next(it);
+  }
+  for (auto it = overflowSeenMs_.begin(); it != overflowSeenMs_.end();) {
+    bool drop = stale(it->second);
+    gone = gone || drop;
+    it = drop ? overflowSeenMs_.erase(it) : std::next(it);
+  }
+  if (gone) replan();
+  return gone;
+}
+
+HelloTopology TopologyView::advertise(uint64_t ownSeq) const {
+  HelloTopology t;
+  t.overflow = ownOverflow_;
+  if (ownOverflow_) return t;
+  TopologyRecord mine = own();
+  mine.seq = ownSeq;
+  t.records.push_back(mine);
+  for (const auto& [origin, h] : held_) t.records.push_back(h.record);
+  return t;
+}
+
+std::vector<TopologyRecord> TopologyView::records() const {
+  std::vector<TopologyRecord> out;
+  for (const auto& [origin, h] : held_) out.push_back(h.record);
+  TopologyRecord mine = own();
+  auto at = std::lower_bound(out.begin(), out.end(), self_,
+                             [](const TopologyRecord& r, NodeId id) { return r.origin < id; });
+  out.insert(at, mine);
+  return out;
+}
+
+PlanAgreement TopologyView::agreement() const {
+  auto differ = [](NodeId who, std::string why) { return PlanAgreement{false, who, std::move(why)}; };
+  if (ownOverflow_) {
+    return differ(self_, "this node's view (" + std::to_string(plan_.nodes.size()) +
+                             " nodes) does not fit one HELLO; the plan covers small clusters only");
+  }
+  if (!overflowSeenMs_.empty()) {
+    NodeId who = overflowSeenMs_.begin()->first;
+    return differ(who, node(who) + "'s view does not fit one HELLO; the plan covers small clusters only");
+  }
+  // What is wrong with the picture first: it says more than the digests it causes.
+  for (const PlanNode& n : plan_.nodes) {
+    for (NodeId nb : n.neighbours) {
+      auto other = std::lower_bound(plan_.nodes.begin(), plan_.nodes.end(), nb,
+                                    [](const PlanNode& p, NodeId id) { return p.id < id; });
+      if (other == plan_.nodes.end() || other->id != nb) {
+        return differ(nb, node(n.id) + " hears " + node(nb) + ", whose HELLOs have not reached this node");
+      }
+      if (!std::binary_search(other->neighbours.begin(), other->neighbours.end(), n.id)) {
+        return differ(nb, node(n.id) + " hears " + node(nb) + " but " + node(nb) + " does not hear " + node(n.id) +
+                              " (HELLOs lost one way, or a cable just cut)");
+      }
+    }
+  }
+  for (const auto& [origin, h] : held_) {
+    const TopologyRecord& r = h.record;
+    if (r.topologyDigest == plan_.topologyDigest && r.tableDigest == plan_.tableDigest) continue;
+    return differ(origin, node(origin) + " advertises topology " + hex64(r.topologyDigest) + " table " +
+                              hex64(r.tableDigest) + ", this node has topology " + hex64(plan_.topologyDigest) +
+                              " table " + hex64(plan_.tableDigest));
+  }
+  return PlanAgreement{};
+}
+
+}  // namespace mesh

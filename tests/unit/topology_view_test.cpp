@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+// A node's view of the cabling (topology_view.h): records flood in rounds of simulated
+// HELLOs until every node holds every record and the same plan; a HELLO lost one way, a
+// stale record, a stopped node and an overflowing one each show as a disagreement.
+#include "mesh/routing/topology_view.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+namespace mesh {
+namespace {
+
+constexpr uint64_t kHoldMs = 4000;
+
+NodeId id(int node) { return 0x9000 + static_cast<NodeId>((node * 5) % 11); }  // not in cable order
+
+Ipv4Prefix addr(int link, int end) {
+  return Ipv4Prefix{(198u << 24) | (18u << 16) | (static_cast<uint32_t>(link) << 8) | static_cast<uint32_t>(end + 1), 24};
+}
+
+// Nodes on cables; each round every node sends its HELLO's topology to each neighbour that
+// hears it (drop: (from, to) pairs whose HELLOs are lost), and then updates its own record
+// from who it heard.
+class Cluster {
+ public:
+  Cluster(int nodes, std::vector<std::pair<int, int>> cables, int maxHops = 2) : cables_(std::move(cables)) {
+    for (int n = 0; n < nodes; ++n) views_.push_back(std::make_unique<TopologyView>(id(n), maxHops, kHoldMs));
+    heard_.resize(static_cast<size_t>(nodes));
+  }
+
+  TopologyView& view(int n) { return *views_[static_cast<size_t>(n)]; }
+
+  void drop(int from, int to) { dropped_.insert({from, to}); }
+  void stop(int n) { stopped_.insert(n); }
+
+  // One round at now_; returns whether any view's content changed.
+  bool round() {
+    bool changed = false;
+    for (size_t n = 0; n < views_.size(); ++n) {
+      std::vector<Ipv4Prefix> addrs;
+      for (size_t l = 0; l < cables_.size(); ++l) {
+        if (cables_[l].first == static_cast<int>(n)) addrs.push_back(addr(static_cast<int>(l), 0));
+        if (cables_[l].second == static_cast<int>(n)) addrs.push_back(addr(static_cast<int>(l), 1));
+      }
+      std::vector<NodeId> heard(heard_[n].begin(), heard_[n].end());
+      changed = views_[n]->setOwn(addrs, heard) || changed;
+    }
+    std::vector<std::tuple<int, int, HelloTopology>> sent;
+    ++seq_;  // one number per sender and round, as the route service numbers one burst
+    for (const auto& [a, b] : cables_) {
+      for (auto [from, to] : {std::make_pair(a, b), std::make_pair(b, a)}) {
+        if (stopped_.count(from) || dropped_.count({from, to})) continue;
+        sent.emplace_back(from, to, view(from).advertise(seq_));
+      }
+    }
+    for (auto& [from, to, t] : sent) {
+      heard_[static_cast<size_t>(to)].insert(id(from));
+      changed = view(to).onHello(id(from), t, now_) || changed;
+    }
+    for (auto& v : views_) changed = v->expire(now_) || changed;
+    now_ += 1000;
+    return changed;
+  }
+
+  int converge(int limit = 20) {
+    int rounds = 0;
+    while (round() && ++rounds < limit) {
+    }
+    round();  // the digests of the last change travel once more
+    round();
+    return rounds;
+  }
+
+  // A node that stopped is no longer heard: its neighbours forget it after kHoldMs.
+  void forgetSilent(int n) {
+    for (auto& h : heard_) h.erase(id(n));
+  }
+
+  uint64_t now() const { return now_; }
+
+ private:
+  std::vector<std::pair<int, int>> cables_;
+  std::vector<std::unique_ptr<TopologyView>> views_;
+  std::vector<std::set<NodeId>> heard_;
+  std::set<std::pair<int, int>> dropped_;
+  std::set<int> stopped_;
+  uint64_t now_ = 1000;
+  uint64_t seq_ = 0;
+};
+
+std::vector<std::pair<int, int>> ring(int n) {
+  std::vector<std::pair<int, int>> c;
+  for (int i = 0; i < n; ++i) c.push_back({i, (i + 1) % n});
+  return c;
+}
+
+TEST(TopologyView, ARingOfFourConvergesToOnePlanEverywhere) {
+  Cluster c(4, ring(4));
+  EXPECT_LT(c.converge(), 20);
+  for (int n = 0; n < 4; ++n) {
+    SCOPED_TRACE("node " + std::to_string(n));
+    EXPECT_EQ(c.view(n).plan().nodes.size(), 4u);
+    EXPECT_EQ(c.view(n).plan().tableDigest, c.view(0).plan().tableDigest);
+    EXPECT_EQ(c.view(n).plan().paths.size(), 4u);
+    PlanAgreement a = c.view(n).agreement();
+    EXPECT_TRUE(a.agree) << a.why;
+    EXPECT_EQ(c.view(n).records().size(), 4u);
+  }
+}
+
+TEST(TopologyView, AnEightRingLearnsNodesFourCablesAway) {
+  Cluster c(8, ring(8), 3);
+  c.converge();
+  for (int n = 0; n < 8; ++n) {
+    EXPECT_EQ(c.view(n).plan().nodes.size(), 8u);
+    EXPECT_EQ(c.view(n).plan().tableDigest, c.view(0).plan().tableDigest);
+    EXPECT_TRUE(c.view(n).agreement().agree) << c.view(n).agreement().why;
+  }
+  EXPECT_EQ(c.view(0).plan().maxRelayed(), 7);
+  EXPECT_EQ(c.view(0).plan().minRelayed(), 7);
+}
+
+TEST(TopologyView, HellosLostOneWayAreADisagreementNamingBothNodes) {
+  Cluster c(4, ring(4));
+  c.drop(0, 1);  // node 1 never hears node 0 on their cable; node 0's record still floods round
+  c.converge();
+  for (int n = 0; n < 4; ++n) {
+    SCOPED_TRACE("node " + std::to_string(n));
+    EXPECT_EQ(c.view(n).plan().tableDigest, c.view(0).plan().tableDigest);  // the same picture...
+    PlanAgreement a = c.view(n).agreement();
+    EXPECT_FALSE(a.agree);  // ...with a cable heard from one end only
+    EXPECT_EQ(a.why, "node " + hex64(id(0)) + " hears node " + hex64(id(1)) + " but node " + hex64(id(1)) +
+                         " does not hear node " + hex64(id(0)) + " (HELLOs lost one way, or a cable just cut)");
+    EXPECT_EQ(a.node, id(1));
+  }
+}
+
+TEST(TopologyView, DifferentDigestsAreADisagreementUntilTheyAgreeAgain) {
+  Cluster c(4, ring(4));
+  c.converge();
+  // Node 2 announces another table (as with another NCCL_MESH_RELAY_MAX_HOPS), numbered
+  // far ahead of its real records.
+  TopologyRecord r;
+  for (const TopologyRecord& x : c.view(0).records()) {
+    if (x.origin == id(2)) r = x;
+  }
+  ASSERT_EQ(r.origin, id(2));
+  r.seq = 1u << 30;
+  r.tableDigest ^= 1;
+  EXPECT_TRUE(c.view(0).onHello(id(1), HelloTopology{false, {r}}, c.now()));
+  PlanAgreement a = c.view(0).agreement();
+  EXPECT_FALSE(a.agree);
+  EXPECT_EQ(a.node, id(2));
+  EXPECT_EQ(a.why, "node " + hex64(id(2)) + " advertises topology " + hex64(r.topologyDigest) + " table " +
+                       hex64(r.tableDigest) + ", this node has topology " + hex64(c.view(0).plan().topologyDigest) +
+                       " table " + hex64(c.view(0).plan().tableDigest));
+  // An older record changes nothing, even with the right digests.
+  TopologyRecord older = r;
+  older.seq = 5;
+  older.tableDigest ^= 1;
+  EXPECT_FALSE(c.view(0).onHello(id(1), HelloTopology{false, {older}}, c.now()));
+  EXPECT_FALSE(c.view(0).agreement().agree);
+  // Node 2's real records are numbered below the odd one (this test's clock is a counter):
+  // they are refused while it is held and while its tombstone lasts (holdMs + 3 x holdMs).
+  for (int i = 0; i < 24; ++i) c.round();
+  EXPECT_TRUE(c.view(0).agreement().agree) << c.view(0).agreement().why;
+}
+
+TEST(TopologyView, RecordsAboutThisNodeAreIgnored) {
+  Cluster c(3, ring(3));
+  c.converge();
+  TopologyRecord lie;
+  lie.origin = id(0);
+  lie.seq = ~0ull;
+  lie.addrs = {addr(9, 0)};
+  uint64_t before = c.view(0).plan().topologyDigest;
+  EXPECT_FALSE(c.view(0).onHello(id(1), HelloTopology{false, {lie}}, c.now()));
+  EXPECT_EQ(c.view(0).plan().topologyDigest, before);
+}
+
+TEST(TopologyView, AStoppedNodeIsForgottenAfterTheHoldTime) {
+  Cluster c(4, ring(4));
+  c.converge();
+  c.stop(3);
+  c.forgetSilent(3);
+  // Its last record keeps circulating between the others, but never a newer one: gone after
+  // holdMs (plus a round per cable it travelled), then the digests agree a round later.
+  for (int i = 0; i < 8; ++i) c.round();
+  for (int n = 0; n < 3; ++n) {
+    SCOPED_TRACE("node " + std::to_string(n));
+    EXPECT_EQ(c.view(n).plan().nodes.size(), 3u);
+    EXPECT_EQ(c.view(n).plan().tableDigest, c.view(0).plan().tableDigest);
+    EXPECT_TRUE(c.view(n).agreement().agree) << c.view(n).agreement().why;
+    ASSERT_NE(c.view(n).plan().find(id(0), id(2)), nullptr);  // the line 2-1-0 that is left
+    EXPECT_EQ(c.view(n).plan().find(id(0), id(2))->relays, (std::vector<NodeId>{id(1)}));
+  }
+}
+
+TEST(TopologyView, AnOverflowingSenderTurnsThePlanOffUntilItStops) {
+  Cluster c(3, ring(3));
+  c.converge();
+  EXPECT_TRUE(c.view(0).onHello(id(1), HelloTopology{true, {}}, c.now()));
+  PlanAgreement a = c.view(0).agreement();
+  EXPECT_FALSE(a.agree);
+  EXPECT_EQ(a.node, id(1));
+  EXPECT_EQ(a.why, "node " + hex64(id(1)) + "'s view does not fit one HELLO; the plan covers small clusters only");
+  EXPECT_TRUE(c.view(0).expire(c.now() + kHoldMs + 1));
+  c.converge();
+  EXPECT_TRUE(c.view(0).agreement().agree) << c.view(0).agreement().why;
+
+  c.view(2).setOwnOverflow(true);
+  EXPECT_TRUE(c.view(2).advertise(1).overflow);
+  EXPECT_TRUE(c.view(2).advertise(1).records.empty());
+  EXPECT_FALSE(c.view(2).agreement().agree);
+}
+
+TEST(TopologyView, AdvertisesItsOwnRecordFirstWithTheCurrentDigests) {
+  Cluster c(4, ring(4));
+  c.converge();
+  HelloTopology t = c.view(1).advertise(77);
+  ASSERT_EQ(t.records.size(), 4u);
+  EXPECT_EQ(t.records[0].origin, id(1));
+  EXPECT_EQ(t.records[0].seq, 77u);
+  EXPECT_EQ(t.records[0].tableDigest, c.view(1).plan().tableDigest);
+  EXPECT_EQ(t.records[0].neighbours, (std::vector<NodeId>{std::min(id(0), id(2)), std::max(id(0), id(2))}));
+  for (size_t i = 2; i < t.records.size(); ++i) EXPECT_LT(t.records[i - 1].origin, t.records[i].origin);
+}
+
+}  // namespace
+}  // namespace mesh
