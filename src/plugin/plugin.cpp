@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 
@@ -155,6 +156,7 @@ void Plugin::shutdown(bool fromExitHandler) {
   releaseStatic(transports_);
   registry_.reset();
   releaseStatic(netDevices_);
+  releaseStatic(gpus_);
   discovery_.devices.clear();  // closes PDs and contexts before anything else goes
   releaseStatic(discovery_);
   unloadVerbs(&verbs_);
@@ -377,7 +379,10 @@ void Plugin::logLoader(ncclDebugLogger_t logger, int abi) {
   loaderLogged_ = true;
   std::string where;
   NcclVersion v = loadingNcclVersion(logger, &where);
-  if (v.known()) loaderNccl_ = v.text() + (where.empty() ? "" : " (ncclGetVersion in " + where + ")");
+  if (v.known()) {
+    std::string text = v.text() + (where.empty() ? "" : " (ncclGetVersion in " + where + ")");
+    snprintf(loaderNccl_, sizeof(loaderNccl_), "%s", text.c_str());
+  }
   MESH_INFO(NCCL_INIT | NCCL_NET, "%s", describeLoader(v, where, abi).c_str());
   std::string reload = ncclReloadAdvice(v, std::getenv("NCCL_NET_PLUGIN_REF_COUNT"));
   if (!reload.empty()) MESH_INFO(NCCL_INIT | NCCL_NET, "%s", reload.c_str());

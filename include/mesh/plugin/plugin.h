@@ -58,7 +58,7 @@ class Plugin {
   const Config& config() const { return config_; }
   // "2.28.9 (ncclGetVersion in <lib>)": the NCCL that called init, as its log line says; empty
   // when unknown. Set in init, before the recorder starts (its header carries it).
-  const std::string& loaderNccl() const { return loaderNccl_; }
+  std::string loaderNccl() const { return loaderNccl_; }
   // What the GPUs said about GPUDirect RDMA and DMA-BUF at init (net_devices.h, decideGpuDirect).
   const GpuCaps& gpus() const { return gpus_; }
   const VerbsApi& verbs() const { return verbs_; }
@@ -99,7 +99,9 @@ class Plugin {
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
   bool initialized_ = false;
   bool loaderLogged_ = false;  // under initMutex_
-  std::string loaderNccl_;     // under initMutex_; see loaderNccl()
+  // Under initMutex_; see loaderNccl(). A fixed buffer, not a std::string: this object lives
+  // in static storage that dlclose unmaps, and the text outlives shutdown (logged once).
+  char loaderNccl_[320] = {};
   Config config_;
   VerbsApi verbs_;
   Discovery discovery_;
