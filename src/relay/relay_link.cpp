@@ -368,6 +368,18 @@ std::string RelayLink::failureText() const {
   return "closed";
 }
 
+namespace {
+
+enum class EndState { Open, Closed, Failed };
+
+// One reading of an end's control link (written by the reactor thread: error, then closed).
+EndState endState(const PreparedConn& c) {
+  if (c.control == nullptr || !c.control->closed.load(std::memory_order_acquire)) return EndState::Open;
+  return c.control->error.load(std::memory_order_relaxed) == 0 ? EndState::Closed : EndState::Failed;
+}
+
+}  // namespace
+
 ncclResult_t RelayLink::step(bool* active) {
   *active = false;
   MESH_CHECK(fwd_->pollCompletions());
@@ -396,16 +408,17 @@ ncclResult_t RelayLink::step(bool* active) {
   // An end that closed its control socket without an error closed its comm (or exited).
   // A's sends completed only once their chunks were in our ring, so what A sent is still
   // delivered before the link ends; when C closed there is nobody left to deliver to.
-  auto closedClean = [](const PreparedConn& c) {
-    return c.control != nullptr && c.control->closed.load(std::memory_order_acquire) &&
-           c.control->error.load(std::memory_order_relaxed) == 0;
-  };
-  if (closedClean(*fwd_)) {
+  // Each end's state is read once per round (endState): the reactor thread closes a control
+  // link at any moment, and a round that read "open" and then "closed" took a clean close
+  // for a failure and cut the link with A's bytes undelivered (issue 31).
+  EndState receiver = endState(*fwd_);
+  EndState sender = endState(*leg_);
+  if (receiver == EndState::Closed) {
     closedCleanly_ = true;
     error_ = "the receiver closed the connection";
     return ncclRemoteError;
   }
-  if (closedClean(*leg_)) {
+  if (sender == EndState::Closed) {
     if (!draining_) {
       draining_ = true;
       *active = true;  // one more round: completions the close overtook
@@ -416,10 +429,11 @@ ncclResult_t RelayLink::step(bool* active) {
       error_ = "the sender closed the connection";
       return ncclRemoteError;
     }
-    return fwd_->checkAlive("while relaying");
   }
-  MESH_CHECK(leg_->checkAlive("while relaying"));
-  return fwd_->checkAlive("while relaying");
+  // A failed end: checkAlive names why (closed and its error are set once, never undone).
+  if (sender == EndState::Failed) return leg_->checkAlive("while relaying");
+  if (receiver == EndState::Failed) return fwd_->checkAlive("while relaying");
+  return ncclSuccess;
 }
 
 // Tickets come here in order. The group's pieces are the entries' bytes cut into chunk-sized

@@ -184,6 +184,7 @@ void Session::finish(LiveReq& req) {
 }
 
 void Session::pump(uint32_t thread) {
+  pollPending(thread);
   std::vector<std::shared_ptr<LiveReq>> mine;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -197,11 +198,64 @@ void Session::pump(uint32_t thread) {
   }
 }
 
+// NCCL's proxy calls every connect and accept it has "not yet" again on each pass, not only
+// the one it waits for; a plugin may move a connect only inside those calls. Calling one only
+// at its recorded end deadlocked the replay of a relayed 4-ring (issue 31: the first call of
+// each diagonal's relayed connect had not sent its RELAY-OPEN yet: no neighbour's route heard
+// so early, or the TCP connect to the relay still in progress; and each node waited on an
+// accept that needed the other node's connect before calling its own again).
+void Session::pollPending(uint32_t thread) {
+  std::vector<std::pair<PendingKey, Poll>> mine;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, p] : polled_) {
+      if (p.thread != thread || p.busy || p.failed != ncclSuccess) continue;
+      p.busy = true;
+      mine.emplace_back(key, p.call);
+    }
+  }
+  for (const auto& [key, call] : mine) {
+    void* obj = nullptr;
+    ncclResult_t res = call(&obj);
+    std::lock_guard<std::mutex> lock(mutex_);
+    Polled& p = polled_.at(key);  // unpoll() waits for busy to clear: still there
+    p.busy = false;
+    if (res != ncclSuccess) {
+      p.failed = res;
+    } else if (obj != nullptr) {
+      stash_[key] = obj;
+      polled_.erase(key);
+    }
+  }
+}
+
+ncclResult_t Session::unpoll(const PendingKey& key) {
+  e2e::Deadline deadline = waitDeadline("a connect or accept being polled");
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = polled_.find(key);
+      if (it == polled_.end()) return ncclSuccess;
+      if (!it->second.busy) {
+        ncclResult_t failed = it->second.failed;
+        polled_.erase(it);
+        return failed;
+      }
+    }
+    if (deadline.expired()) throw std::runtime_error("a connect or accept call never returned");
+    e2e::pollPause(50);
+  }
+}
+
 template <typename Fn>
-void* Session::nullCapable(const Record& r, const PendingKey& key, Fn call) {
+void* Session::nullCapable(const Record& r, const PendingKey& key, Fn call, const Poll& polled) {
   void* obj = nullptr;
   e2e::Deadline deadline = waitDeadline(mesh::trace::callName(r.call));
+  bool firstNull = r.result == 0 && r.obj == 0;
+  // The call that ends it takes it back from pump(): from here on it polls it itself.
+  ncclResult_t pollFailed = firstNull ? ncclSuccess : unpoll(key);
   if (r.result != 0) {  // NCCL got an error: expect one, after any number of "not yet"
+    if (pollFailed != ncclSuccess) return nullptr;  // it came while pump() called it
     for (uint64_t i = 0;; ++i) {
       if (call(&obj) != ncclSuccess) return nullptr;
       if (obj != nullptr) {
@@ -215,15 +269,19 @@ void* Session::nullCapable(const Record& r, const PendingKey& key, Fn call) {
       e2e::pollPause(100);
     }
   }
-  if (r.obj == 0) {  // NCCL's first "not yet": call once; an object already is kept for later
+  if (firstNull) {  // NCCL's first "not yet": call once; an object already is kept for later
     ncclResult_t res = call(&obj);
     if (res != ncclSuccess) fatal(r, "NULL (not yet, retried by NCCL)", resultText(res));
+    std::lock_guard<std::mutex> lock(mutex_);
     if (obj != nullptr) {
-      std::lock_guard<std::mutex> lock(mutex_);
       stash_[key] = obj;
+    } else if (polled) {
+      polled_[key] = Polled{r.thread, polled};
     }
     return nullptr;
   }
+  std::string expected = e2e::format("an object after %" PRIu64 " NULL(s)", r.repeats);
+  if (pollFailed != ncclSuccess) fatal(r, expected, resultText(pollFailed) + " (called again between other calls)");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = stash_.find(key);
@@ -233,7 +291,6 @@ void* Session::nullCapable(const Record& r, const PendingKey& key, Fn call) {
       return obj;
     }
   }
-  std::string expected = e2e::format("an object after %" PRIu64 " NULL(s)", r.repeats);
   for (uint64_t i = 0;; ++i) {
     ncclResult_t res = call(&obj);
     if (res != ncclSuccess) fatal(r, expected, resultText(res) + e2e::format(" after %" PRIu64 " NULL(s)", i));
@@ -308,6 +365,7 @@ void Session::doConnect(const Record& r) {
     e2e::Deadline d = waitDeadline("the listener's handle");
     while (!rv_->tryFetch("handle." + hex(r.handle), &bytes)) {
       checkPeers();
+      pump(r.thread);  // the listener's process may wait on what this thread has in flight
       if (d.expired()) {
         fatal(r, "a connection to the listener of handle " + hex(r.handle),
               "no process published that handle (is the listener's trace missing?)");
@@ -335,15 +393,15 @@ void Session::doConnect(const Record& r) {
     }
     api = withTc;
   }
-  void* sc = nullCapable(r, PendingKey{static_cast<int>(Call::Connect), r.handle, 0},
-                         [&](void** out) { return api->connect(r.dev, handle, out); });
+  auto call = [api, dev = r.dev, handle](void** out) { return api->connect(dev, handle, out); };
+  void* sc = nullCapable(r, PendingKey{static_cast<int>(Call::Connect), r.handle, 0}, call, call);
   if (sc != nullptr) addComm(r.obj, LiveComm{sc, r.handle});
 }
 
 void Session::doAccept(const Record& r) {
   LiveComm l = comm(r, r.comm, "listen comm");
-  void* rc = nullCapable(r, PendingKey{static_cast<int>(Call::Accept), r.comm, 0},
-                         [&](void** out) { return main_->accept(l.p, out); });
+  auto call = [api = main_, listen = l.p](void** out) { return api->accept(listen, out); };
+  void* rc = nullCapable(r, PendingKey{static_cast<int>(Call::Accept), r.comm, 0}, call, call);
   if (rc != nullptr) addComm(r.obj, LiveComm{rc, l.connKey});
 }
 
@@ -513,6 +571,8 @@ void Session::doClose(const Record& r) {
     std::lock_guard<std::mutex> busy(req->busy);
     req->finished = true;
   }
+  // An accept still "not yet" on a listener being closed is not called again.
+  if (r.call == Call::CloseListen) (void)unpoll(PendingKey{static_cast<int>(Call::Accept), r.comm, 0});
   netapi::NetApi& api = *main_;
   ncclResult_t res = r.call == Call::CloseSend   ? api.closeSend(c.p)
                      : r.call == Call::CloseRecv ? api.closeRecv(c.p)

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -111,10 +112,17 @@ class Session {
   void doMisc(const Record& r);
 
   // A call that may return a NULL object ("not yet"); `call` makes it once and sets *obj.
-  // `key` ties a recorded first NULL to the recorded call that got the object.
+  // `key` ties a recorded first NULL to the recorded call that got the object. A connect or
+  // accept left "not yet" by its first call is called again by pump() until it returns an
+  // object (`polled`: the call, safe to make later from the same thread), as NCCL does.
   using PendingKey = std::tuple<int, uint64_t, int64_t>;
+  using Poll = std::function<ncclResult_t(void**)>;
   template <typename Fn>
-  void* nullCapable(const Record& r, const PendingKey& key, Fn call);
+  void* nullCapable(const Record& r, const PendingKey& key, Fn call, const Poll& polled = nullptr);
+  // The recorded call that got the object takes its connect or accept back from pump():
+  // waits while pump() is in the call, then stops pump() making it. Its error, if a poll
+  // failed.
+  ncclResult_t unpoll(const PendingKey& key);
 
   // --- the replay's view of the recorded objects (under mutex_) ---
   netapi::NetApi* apiFor(const Record& r);
@@ -125,9 +133,12 @@ class Session {
   std::shared_ptr<LiveReq> request(uint64_t id);
   std::shared_ptr<LiveReq> newRequest(const Record& r, void* p, int n, bool recv);
   void addRequest(uint64_t id, std::shared_ptr<LiveReq> req);
-  // Tests every unfinished request `thread` issued once (what NCCL's proxy does between
-  // retries), so nothing waits on progress that only test() makes.
+  // Tests every unfinished request `thread` issued once, and calls its connects and accepts
+  // still "not yet" once (what NCCL's proxy does between retries), so nothing waits on
+  // progress that only test(), connect() or accept() makes (the relay's connect moves only
+  // inside connect() calls).
   void pump(uint32_t thread);
+  void pollPending(uint32_t thread);
   void testOnce(LiveReq& req);  // caller holds req.busy
   void finish(LiveReq& req);    // data check of a finished receive
 
@@ -159,6 +170,13 @@ class Session {
   std::map<uint64_t, LiveMh> mhs_;
   std::map<uint64_t, std::shared_ptr<LiveReq>> reqs_;
   std::map<PendingKey, void*> stash_;                              // objects the first "not yet" call already got
+  struct Polled {
+    uint32_t thread = 0;  // the recorded thread whose pump() calls it
+    Poll call;
+    bool busy = false;                 // a pump() is in the call (outside mutex_)
+    ncclResult_t failed = ncclSuccess;  // a call failed: no more calls; the recorded call reports it
+  };
+  std::map<PendingKey, Polled> polled_;  // connects and accepts left "not yet", until their recorded end
   std::map<uint64_t, std::unique_ptr<char[]>> handles_;            // fresh handles by recorded key
   std::map<std::tuple<uint64_t, int>, uint64_t> sent_, received_;  // messages per (comm, tag)
   std::atomic<int> divergences_{0};
