@@ -382,6 +382,17 @@ EndState endState(const PreparedConn& c) {
 
 ncclResult_t RelayLink::step(bool* active) {
   *active = false;
+  if (receiverGone_) {
+    // C closed: nothing more to deliver, but A's last WRs (every other QP's 0-byte
+    // SendFinal, comm.h) may still be on their way into our leg; its QPs stay up so our NIC
+    // acknowledges them, until A closes or receiverGoneGraceMs_ has passed.
+    EndState sender = endState(*leg_);
+    auto waited = std::chrono::steady_clock::now() - receiverGoneAt_;
+    if (sender == EndState::Open && waited < std::chrono::milliseconds(receiverGoneGraceMs_)) return ncclSuccess;
+    closedCleanly_ = true;
+    error_ = "the receiver closed the connection";
+    return ncclRemoteError;
+  }
   MESH_CHECK(fwd_->pollCompletions());
   MESH_CHECK(fwd_->pump());  // a relayed downstream frees ring slots by remote write
   // C's receives, as they are posted, to A.
@@ -414,9 +425,10 @@ ncclResult_t RelayLink::step(bool* active) {
   EndState receiver = endState(*fwd_);
   EndState sender = endState(*leg_);
   if (receiver == EndState::Closed) {
-    closedCleanly_ = true;
-    error_ = "the receiver closed the connection";
-    return ncclRemoteError;
+    receiverGone_ = true;
+    receiverGoneAt_ = std::chrono::steady_clock::now();
+    *active = true;
+    return ncclSuccess;
   }
   if (sender == EndState::Closed) {
     if (!draining_) {

@@ -370,6 +370,7 @@ TEST(RelayLink, AnEndThatClosesWhileTheRelayStepsIsAlwaysAClosedEnd) {
     FakeRdma fake;
     RelayChain chain(fake, RelayGeometry{2, 4096});
     RelayLink* link = chain.link(0);
+    link->setReceiverGoneGraceMs(0);  // the receiver's close ends the link at once here
     link->leg()->control = std::make_shared<ControlLink>();
     link->fwd()->control = std::make_shared<ControlLink>();
     bool senderCloses = trial % 2 == 0;
@@ -400,6 +401,28 @@ TEST(RelayLink, AnEndThatClosesWhileTheRelayStepsIsAlwaysAClosedEnd) {
   }
   EXPECT_EQ(failed, 0) << failed << " of " << kTrials << " links whose end closed cleanly failed instead, e.g.: "
                        << example;
+}
+
+// When C closes first, the leg stays up until A closes (or a grace period passes): A's last
+// WRs on its other QPs (each QP's 0-byte SendFinal) may still be on their way, and a torn-down
+// leg would fail A's last send "with a request pending".
+TEST(RelayLink, ALegOutlivesItsReceiverUntilTheSenderCloses) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{4, 4096}, 2);
+  std::mt19937 rng(41);
+  exchange(chain, 3 * 4096 + 7, 3 * 4096 + 7, 5, &rng);
+  RelayLink* link = chain.link(0);
+  link->leg()->control = std::make_shared<ControlLink>();
+  link->fwd()->control = std::make_shared<ControlLink>();
+  link->fwd()->control->closed.store(true, std::memory_order_release);  // C closed its comm
+  for (int i = 0; i < 50; ++i) {
+    bool active = false;
+    ASSERT_EQ(link->step(&active), ncclSuccess) << "round " << i << ": " << link->failureText();
+  }
+  link->leg()->control->closed.store(true, std::memory_order_release);  // then A
+  bool active = false;
+  EXPECT_NE(link->step(&active), ncclSuccess);
+  EXPECT_TRUE(link->closedCleanly()) << link->failureText();
 }
 
 TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) { manyMessages(1); }

@@ -22,6 +22,7 @@
 // Threads: a RelayLink and its two comms belong to the relay service's thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -189,6 +190,8 @@ class RelayLink {
   RelayFwdComm* fwd() { return fwd_.get(); }
   size_t ringBytes() const { return leg_->geometry().ringBytes(); }
   uint64_t bytesRelayed() const { return bytes_; }
+  // How long the leg stays up after the receiver closed while the sender has not (tests).
+  void setReceiverGoneGraceMs(int ms) { receiverGoneGraceMs_ = ms; }
 
  private:
   ncclResult_t onTicket(uint32_t imm, uint64_t ticket);
@@ -208,6 +211,11 @@ class RelayLink {
   uint64_t bytes_ = 0;
   std::string error_;
   bool draining_ = false;       // A closed: deliver what it sent, then end
+  // C closed: the leg stays up (its QPs acknowledging A's last WRs) until A closes or this
+  // long has passed.
+  int receiverGoneGraceMs_ = 1000;
+  bool receiverGone_ = false;
+  std::chrono::steady_clock::time_point receiverGoneAt_;
   bool closedCleanly_ = false;
 };
 
