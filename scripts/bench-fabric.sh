@@ -19,9 +19,16 @@
 #      4 MiB (relay-bench), NCCL's double binary tree all-reduce and an all-to-all
 #   5. contention: a relayed stream and a direct one into the same cable direction, each
 #      one's share and their sum, as fractions of that cable
+#   6. 4 and 5 again on DGX Spark cables (--functions 2, each function capped at --fn-rate):
+#      the relay, NCCL's ring, tree and all-to-all on the 4-ring, contention (spark_*)
+#   7. all-to-all on a 6-node ring, plain and Spark cables (ring6_a2a, spark_ring6_a2a)
 # and ends with one line:
 #   LINKRATE pair64k=F pair1m=F pair16m=F perftest1m=F halves=F onefn=F tri_ring=F ring4_ring=F
-#            relay=F ring4_tree=F ring4_a2a=F share_min=F share_sum=F
+#            relay=F ring4_tree=F ring4_a2a=F share_min=F share_sum=F spark_relay=F
+#            spark_ring4_ring=F spark_ring4_tree=F spark_ring4_a2a=F spark_share_min=F
+#            spark_share_sum=F ring6_a2a=F spark_ring6_a2a=F
+# (the bounds: a Spark cable's wire is one cable's ceiling, its two functions together can
+# fill it; NCCL's collectives against the cabling's bound, best shortest paths).
 #
 # usage: scripts/bench-fabric.sh --link-rate [--build DIR] [--rate R] [--fn-rate R]
 #                                [--rounds 3] [--out DIR]
@@ -190,6 +197,33 @@ one_round() {
     echo "$out" >>"$LOG"
     record share_min "$(echo "$out" | field share_min 2)"
     record share_sum "$(echo "$out" | field share_sum 2)"
+    # 6. the same on Spark cables: two functions per cable end, each capped.
+    local spark=(--functions 2 --rate "$RATE" --fn-rate "$FN_RATE" --env NCCL_MESH_RELAY=auto)
+    out=$(e2e --nodes 4 --topology ring "${spark[@]}" -- \
+        relay-bench --sizes 4M --bw-bytes "$BW_BYTES" --rounds 1 --lat-iters 10 2>&1)
+    echo "$out" >>"$LOG"
+    record spark_relay "$(echo "$out" | field bw_ratio_4M 0)"
+    for algo in ring tree alltoall; do
+        out=$(e2e --nodes 4 --topology ring "${spark[@]}" -- coll-bench --algo "$algo" --bytes 64M --ceiling "$CEIL" 2>&1)
+        echo "$out" >>"$LOG"
+        record "spark_ring4_$algo" "$(echo "$out" | field fraction 0)"
+    done
+    out=$(e2e --nodes 4 --topology ring "${spark[@]}" -- coll-bench --algo contention --ceiling "$CEIL" --seconds 3 2>&1)
+    echo "$out" >>"$LOG"
+    record spark_share_min "$(echo "$out" | field share_min 2)"
+    record spark_share_sum "$(echo "$out" | field share_sum 2)"
+    # 7. all-to-all on a 6-ring: the opposite nodes' pairs have two shortest ways each.
+    out=$(e2e --nodes 6 --topology ring --rate "$RATE" --env NCCL_MESH_RELAY=auto -- \
+        coll-bench --algo alltoall --bytes 64M --ceiling "$CEIL" 2>&1)
+    echo "$out" >>"$LOG"
+    record ring6_alltoall "$(echo "$out" | field fraction 0)"
+    out=$(e2e --nodes 6 --topology ring "${spark[@]}" -- coll-bench --algo alltoall --bytes 64M --ceiling "$CEIL" 2>&1)
+    echo "$out" >>"$LOG"
+    record spark_ring6_alltoall "$(echo "$out" | field fraction 0)"
+}
+
+worst() {  # worst NAME: the lowest value of NAME over the rounds
+    sed -n "s/^FIG round=[0-9]* $1=//p" "$LOG" | sort -g | head -n1
 }
 
 best() {  # best NAME: the highest value of NAME over the rounds
@@ -209,10 +243,13 @@ link_rate() {
         one_round
     done
     local k
-    declare -A B
+    declare -A B W
     for k in perftest65536 perftest1048576 perftest16777216 plugin65536 plugin1048576 plugin16777216 \
-             spark_both spark_one tri_ring ring4_ring ring4_tree ring4_alltoall relay share_min share_sum; do
+             spark_both spark_one tri_ring ring4_ring ring4_tree ring4_alltoall relay share_min share_sum \
+             spark_relay spark_ring4_ring spark_ring4_tree spark_ring4_alltoall spark_share_min spark_share_sum \
+             ring6_alltoall spark_ring6_alltoall; do
         B[$k]=$(best "$k")
+        W[$k]=$(worst "$k")
         [ -n "${B[$k]}" ] || missing=1
     done
     {
@@ -235,11 +272,23 @@ link_rate() {
         echo "| tree all-reduce 64 MiB, 4-ring, relayed edges | ${B[ring4_tree]:--} | busbw bound of the cabling (best relays) |"
         echo "| all-to-all 64 MiB, 4-ring, relayed pairs | ${B[ring4_alltoall]:--} | busbw bound of the cabling (best relays) |"
         echo "| contention: relayed + direct into one cable, min share / sum | ${B[share_min]:--} / ${B[share_sum]:--} | that cable's ceiling |"
+        echo "| Spark cables: relayed 0 -> 2 / direct 0 -> 1, 4 MiB, 4-ring | ${B[spark_relay]:--} | a direct stream (both functions) |"
+        echo "| Spark cables: ring all-reduce 64 MiB, 4-ring | ${B[spark_ring4_ring]:--} (worst round ${W[spark_ring4_ring]:--}) | busbw bound: one cable (wire) direction per rank |"
+        echo "| Spark cables: tree all-reduce 64 MiB, 4-ring | ${B[spark_ring4_tree]:--} (worst round ${W[spark_ring4_tree]:--}) | busbw bound of the cabling (best relays) |"
+        echo "| Spark cables: all-to-all 64 MiB, 4-ring | ${B[spark_ring4_alltoall]:--} (worst round ${W[spark_ring4_alltoall]:--}) | busbw bound of the cabling (best relays) |"
+        echo "| Spark cables: contention, min share / sum | ${B[spark_share_min]:--} / ${B[spark_share_sum]:--} | that cable's (wire's) ceiling |"
+        echo "| all-to-all 64 MiB, 6-ring / on Spark cables | ${B[ring6_alltoall]:--} / ${B[spark_ring6_alltoall]:--} | busbw bound of the cabling (best relays) |"
+        echo "| worst round: tree / all-to-all, 4-ring | ${W[ring4_tree]:--} / ${W[ring4_alltoall]:--} | as above |"
         echo
-        printf 'LINKRATE pair64k=%.2f pair1m=%.2f pair16m=%.2f perftest1m=%.2f halves=%.2f onefn=%.2f tri_ring=%.2f ring4_ring=%.2f relay=%.2f ring4_tree=%.2f ring4_a2a=%.2f share_min=%.2f share_sum=%.2f\n' \
+        printf 'LINKRATE pair64k=%.2f pair1m=%.2f pair16m=%.2f perftest1m=%.2f halves=%.2f onefn=%.2f tri_ring=%.2f ring4_ring=%.2f relay=%.2f ring4_tree=%.2f ring4_a2a=%.2f share_min=%.2f share_sum=%.2f' \
             "${B[plugin65536]:-0}" "${B[plugin1048576]:-0}" "${B[plugin16777216]:-0}" "${B[perftest1048576]:-0}" \
             "${B[spark_both]:-0}" "${B[spark_one]:-0}" "${B[tri_ring]:-0}" "${B[ring4_ring]:-0}" "${B[relay]:-0}" \
             "${B[ring4_tree]:-0}" "${B[ring4_alltoall]:-0}" "${B[share_min]:-0}" "${B[share_sum]:-0}"
+        printf ' spark_relay=%.2f spark_ring4_ring=%.2f spark_ring4_tree=%.2f spark_ring4_a2a=%.2f spark_share_min=%.2f spark_share_sum=%.2f ring6_a2a=%.2f spark_ring6_a2a=%.2f\n' \
+            "${B[spark_relay]:-0}" "${B[spark_ring4_ring]:-0}" "${B[spark_ring4_tree]:-0}" "${B[spark_ring4_alltoall]:-0}" \
+            "${B[spark_share_min]:-0}" "${B[spark_share_sum]:-0}" "${B[ring6_alltoall]:-0}" "${B[spark_ring6_alltoall]:-0}"
+        printf 'LINKRATE-WORST ring4_tree=%.2f ring4_a2a=%.2f spark_ring4_tree=%.2f spark_ring4_a2a=%.2f\n' \
+            "${W[ring4_tree]:-0}" "${W[ring4_alltoall]:-0}" "${W[spark_ring4_tree]:-0}" "${W[spark_ring4_alltoall]:-0}"
     } | tee "$OUT/summary.txt"
     [ "$missing" = 0 ] || { echo "bench-fabric: some figures are missing (see $LOG)"; exit 2; }
 }
