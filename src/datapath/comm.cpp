@@ -287,6 +287,22 @@ ncclResult_t Comm::postCtrlWrite(const void* local, uint32_t len, uint64_t remot
   return postBatch(0, 1);
 }
 
+int Comm::pickRelayQp(uint64_t rr, int need) const {
+  int turn = static_cast<int>(rr % static_cast<uint64_t>(nqps_));
+  int best = -1;
+  for (int i = 0; i < nqps_; ++i) {
+    int q = (turn + i) % nqps_;
+    if (qps_[q].credits < need) continue;
+    if (best < 0 || qps_[q].inFlight() < qps_[best].inFlight()) best = q;
+  }
+  // The turn's QP while it is no more than kRelayQpSlack batches busier than the least busy:
+  // equal links share equally (QP 0's control writes make it a batch busier now and then).
+  if (best >= 0 && qps_[turn].credits >= need && qps_[turn].inFlight() <= qps_[best].inFlight() + kRelayQpSlack) {
+    return turn;
+  }
+  return best;
+}
+
 void Comm::returnCredits(int q) {
   Qp& qp = qps_[q];
   qp.credits += qp.batches[qp.batchHead];

@@ -217,10 +217,10 @@ ncclResult_t SendComm::pump() {
 // A relayed group (the receiver is a relay node's staging ring; docs/DESIGN-notes.md,
 // "Relay"): its bytes as tickets (comm.h), each entry cut into ring-chunk pieces in order,
 // each piece one WRITE_WITH_IMM into the next ring slot once the relay has freed it
-// (SendCtrl::relayReleased), ticket k on QP k % nqps so that every link of the leg (both
-// functions of a Spark cable) carries its share. The group's sizes go first, a plain WRITE
-// on the QP of its first ticket (RC keeps one QP's WRs in order, so they are in place when
-// the relay takes that ticket). The last data ticket carries kRelayLast; a group without
+// (SendCtrl::relayReleased), on the QPs in turn unless one is busier (pickRelayQp), so that
+// every link of the leg (both functions of a Spark cable) carries its share. The group's
+// sizes go first, a plain WRITE on the QP of its first ticket (RC keeps one QP's WRs in
+// order, so they are in place when the relay takes that ticket). The last data ticket carries kRelayLast; a group without
 // bytes is one no-data ticket. Then every other QP gets a 0-byte WRITE as its SendFinal, so
 // the send completes only when every QP's share was acknowledged. Each ticket is its own
 // signaled batch: chunks are large, and the relay frees slots one ticket at a time anyway.
@@ -263,10 +263,10 @@ ncclResult_t SendComm::postRelayed(int slot, bool* finished) {
       return failure_;
     }
     if (ringPosted_ - released >= depth) return ncclSuccess;  // no free ring slot: afterPoll() resumes
-    int q = static_cast<int>(ringPosted_ % static_cast<uint64_t>(nqps_));
-    Qp& qp = qps_[q];
     int need = g.relaySizesPosted ? 1 : 2;
-    if (qp.credits < need) return ncclSuccess;  // a completion resumes
+    int q = pickRelayQp(ringPosted_, need);
+    if (q < 0) return ncclSuccess;  // no QP has the credits: a completion resumes
+    Qp& qp = qps_[q];
     int count = 0;
     if (!g.relaySizesPosted) {
       wr(count++, reinterpret_cast<uintptr_t>(ctrl()->sizesStage[slot]), devs_[qp.devSlot].ctrlMr->lkey,

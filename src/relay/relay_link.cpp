@@ -235,10 +235,10 @@ bool RelayFwdComm::postDownTicket(const Op& op, bool noData, bool* failed) {
     return true;
   }
   if (downPosted_ - __atomic_load_n(&ctrl()->relayReleased, __ATOMIC_ACQUIRE) >= depth) return false;
-  int q = static_cast<int>(downPosted_ % static_cast<uint64_t>(nqps_));
-  const Qp& qp = qps_[q];
   int sizes = sizesDue_[op.slot];  // the group's entry count while its sizes are due
-  if (qp.credits < (sizes > 0 ? 2 : 1)) return false;
+  int q = pickRelayQp(downPosted_, sizes > 0 ? 2 : 1);
+  if (q < 0) return false;
+  const Qp& qp = qps_[q];
   int count = 0;
   if (sizes > 0) {
     ibv_sge& sge = sges_[count];
@@ -273,10 +273,10 @@ bool RelayFwdComm::postDownTicket(const Op& op, bool noData, bool* failed) {
   return true;
 }
 
-// One queued op. Direct C: each piece a WRITE on the hop's QPs in turn (the piece count
-// picks the QP, so every link of the hop carries its share), then what a direct sender's
-// final WRs are (comm.h, step 3): the immediate on every QP after its pieces, the sizes
-// array with QP 0's for a grouped receive. Relayed downstream: every piece a ticket into its
+// One queued op. Direct C: each piece a WRITE on the hop's QPs (pickRelayQp: the piece count
+// picks the QP unless it is busier, so every link of the hop carries its share), then what a
+// direct sender's final WRs are (comm.h, step 3): the immediate on every QP after its
+// pieces, the sizes array with QP 0's for a grouped receive. Relayed downstream: every piece a ticket into its
 // ring (postDownTicket), the group's last one marked, or one no-data ticket for a group
 // without bytes.
 bool RelayFwdComm::postOp(const Op& op, bool* failed) {
@@ -290,9 +290,9 @@ bool RelayFwdComm::postOp(const Op& op, bool* failed) {
   ibv_sge sge{};
   ibv_send_wr wr{};
   if (op.kind == Op::Kind::Chunk) {
-    int q = static_cast<int>(hopPieces_ % static_cast<uint64_t>(nqps_));
+    int q = pickRelayQp(hopPieces_, 1);
+    if (q < 0) return false;
     const Qp& qp = qps_[q];
-    if (qp.credits < 1) return false;
     sge.addr = reinterpret_cast<uintptr_t>(ringBase_ + op.ringOff);
     sge.length = op.len;
     sge.lkey = ringMr_[qp.devSlot]->lkey;

@@ -28,8 +28,10 @@ foreach(subnets shared split)
   fabric_scenario(functions_pair_${subnets} 2 60 --functions 2 --fn-subnets ${subnets} -- functions)
   fabric_scenario(functions_tri_${subnets} 3 60 --functions 2 --fn-subnets ${subnets} -- functions)
   # A relayed pair: every function of both legs (issue 31).
+  # Rated as a Spark cable (each function 0.56 of the wire): relayed pieces go to the least busy
+  # QP (Comm::pickRelayQp), so on unrated links the shares follow the fabric's own scheduling.
   fabric_scenario(functions_relay_ring4_${subnets} 4 90 --topology ring --functions 2 --fn-subnets ${subnets}
-                  --env NCCL_MESH_RELAY=auto -- functions --relayed)
+                  --rate 40M --fn-rate 22400K --env NCCL_MESH_RELAY=auto -- functions --relayed)
 endforeach()
 # Registration where the connection runs (issue 32): a triangle of Spark cables, 4 devices per
 # node; a comm's registrations cover the 2 towards its peer.

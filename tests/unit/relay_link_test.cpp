@@ -116,7 +116,7 @@ class RelayChain {
       bool active = false;
       ncclResult_t r = stepRelays(&active);
       if (r != ncclSuccess) return r;
-      size_t steps = fake_.run(rng, 64);
+      size_t steps = runWire(rng);
       idle = (active || steps > 0) ? 0 : idle + 1;
     }
     return ncclSuccess;
@@ -131,20 +131,42 @@ class RelayChain {
       if (done) return true;
       bool active = false;
       if (stepRelays(&active) != ncclSuccess) return false;
-      size_t steps = fake_.run(rng, 64);
+      size_t steps = runWire(rng);
       if (!active && steps == 0) {
         // Let both ends look once more (credits, FIFO slots) before calling it stuck.
         if (req->comm->test(req, &done, sizes != nullptr ? sizes : local) != ncclSuccess) return false;
         if (done) return true;
         stepRelays(&active);
-        if (!active && fake_.run(rng, 64) == 0 && round > 8) return false;
+        if (!active && runWire(rng) == 0 && round > 8) return false;
       }
     }
     return false;
   }
 
+  // From now on QP `qpn` runs one WR every 4th wire round while every other QP runs up to 16
+  // a round: a slower link (the busier PCIe function of a Spark cable).
+  void slowDown(uint32_t qpn) { slowQpn_ = qpn; }
+
  private:
+  size_t runWire(std::mt19937* rng) {
+    if (slowQpn_ == 0) return fake_.run(rng, 64);
+    size_t steps = 0;
+    bool slowRan = ++wireRounds_ % 4 != 0;
+    for (int k = 0; k < 16; ++k) {
+      for (uint32_t qpn : fake_.qpns()) {
+        if (qpn == slowQpn_ && slowRan) continue;
+        if (fake_.step(qpn)) {
+          ++steps;
+          slowRan = slowRan || qpn == slowQpn_;
+        }
+      }
+    }
+    return steps;
+  }
+
   FakeRdma& fake_;
+  uint32_t slowQpn_ = 0;
+  uint64_t wireRounds_ = 0;
   std::vector<Discovery> nodes_;
   std::unique_ptr<Comm> send_, recv_;
   SendComm* sender_ = nullptr;
@@ -242,6 +264,25 @@ TEST(RelayLink, EveryQpOfBothLegsCarriesItsShare) {
       }
     }
   }
+}
+
+// A slower QP on the sender's leg gets fewer tickets (Comm::pickRelayQp) instead of an equal
+// turn: the relay frees its ring in ticket order, so with a fixed turn the slow QP would pace
+// the whole stream (on capped Spark cables a relayed stream beside a direct one got nothing).
+TEST(RelayLink, ASlowerQpGetsFewerTicketsAndTheStreamStaysExact) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{8, 4096}, 2);
+  std::vector<uint32_t> leg = fake.qpnsOn("a0");
+  ASSERT_EQ(leg.size(), 2u);
+  chain.slowDown(leg[0]);
+  std::mt19937 rng(31);
+  constexpr size_t kSize = 128 * 4096;
+  for (uint32_t i = 0; i < 3; ++i) exchange(chain, kSize, kSize, 700 + i, &rng);
+  double slow = static_cast<double>(fake.bytesWritten(leg[0]));
+  double total = slow + static_cast<double>(fake.bytesWritten(leg[1]));
+  EXPECT_GE(total, 3.0 * kSize);
+  EXPECT_LT(slow / total, 0.35) << "the slow QP's share of the leg (a fixed turn gives it 0.5)";
+  EXPECT_GT(slow / total, 0.0) << "the slow QP still carries tickets";
 }
 
 TEST(RelayLink, OversizeSendIsTruncatedToTheFinalReceiversBuffer) {

@@ -135,8 +135,8 @@ inline uint32_t relayRingChunk(uint64_t v) { return static_cast<uint32_t>(v); }
 // Tickets (docs/DESIGN-notes.md, "Relay"). Every WRITE_WITH_IMM a sender posts into a relay's
 // staging ring is a ticket: its k-th (k = 0, 1, ...) takes ring slot k % depth and needs
 // k - released < depth (SendCtrl::relayReleased: tickets the relay has freed, in order).
-// Tickets are striped over every QP of the comm (ticket k on QP k % nqps), so they may land
-// out of order; the immediate names the ticket (k mod 2^16), so the relay puts them back in
+// Tickets are striped over every QP of the comm (Comm::pickRelayQp), so they may land out of
+// order; the immediate names the ticket (k mod 2^16), so the relay puts them back in
 // order, and says whether it carries bytes and whether it ends its group. A data ticket's
 // length is not sent: both ends cut every entry of a group into chunk-sized pieces in
 // order (the last piece of an entry shorter), so the relay derives it from the group's
@@ -266,6 +266,9 @@ class Comm : public PreparedConn {
     int credits = 0;
     uint16_t batches[kSendQueueDepth] = {};  // WR counts of signaled batches in flight
     int batchHead = 0, batchTail = 0;
+    // Signaled batches in flight (a full ring reads 0, but then credits is 0 and the QP is
+    // not a candidate for pickRelayQp, the only reader).
+    int inFlight() const { return (batchTail - batchHead + kSendQueueDepth) % kSendQueueDepth; }
   };
 
   Request* allocRequest(Request::Kind kind);
@@ -282,6 +285,14 @@ class Comm : public PreparedConn {
   ncclResult_t postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index);
   // A signaled batch on QP q completed: its WRs' send-queue slots are free again.
   void returnCredits(int q);
+  // The QP for the next relayed piece (a ticket, or a piece a relay forwards) with `need`
+  // credits: QP rr % nqps while it has at most kRelayQpSlack signaled batches more in flight
+  // than the least busy QP, else the least busy; -1 when none has the credits. Work-conserving:
+  // a QP whose link runs slower (a busier PCIe function) gets fewer pieces instead of holding
+  // the others back, since the relay frees its ring in ticket order and one starved QP would
+  // stall the whole relayed stream.
+  int pickRelayQp(uint64_t rr, int need) const;
+  static constexpr int kRelayQpSlack = 1;
   void fail(const std::string& why, ncclResult_t code);
   virtual void onCompletion(const ibv_wc& wc) = 0;
   // Runs at the end of every progress(): work that waits on remote-written memory rather
