@@ -29,11 +29,12 @@ REQUIRED_PACKAGES=(
   libgtest-dev googletest libgmock-dev
   rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils perftest
 )
-# The fuzz tier (clang + its compiler-rt: libFuzzer, sanitizers; only Recommended by clang,
-# so --no-install-recommends would leave it out) and the lab tier (QEMU guests). Missing
-# ones are reported, not fatal: those tiers say why.
+# The compiler cache (every build of the suite goes through it when present: CMakeLists.txt,
+# MESH_CCACHE), the fuzz tier (clang + its compiler-rt: libFuzzer, sanitizers; only Recommended
+# by clang, so --no-install-recommends would leave it out) and the lab tier (QEMU guests).
+# Missing ones are reported, not fatal: those tiers say why.
 OPTIONAL_PACKAGES=(
-  clang libclang-rt-dev
+  ccache clang libclang-rt-dev
   qemu-system-x86 busybox-static cpio kmod
 )
 
