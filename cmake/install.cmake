@@ -4,7 +4,7 @@
 #
 #   <prefix>/lib/libnccl-net-mesh.so           stripped; debug info in lib/.debug/
 #   <prefix>/bin/nccl-mesh-info, nccl-mesh-perf stripped; debug info in bin/.debug/
-#   <prefix>/share/doc/nccl-mesh/               README.md, CHANGELOG.md, LICENSE
+#   <prefix>/share/doc/nccl-mesh/               README.md, CHANGELOG.md, LICENSE, docs/*.md
 #   <prefix>/share/nccl-mesh/plot-perf.py       optional PNG plot of nccl-mesh-perf's CSV
 #
 # cpack (run in the build tree) writes nccl-mesh_<version>_<arch>.deb (files under /usr)
@@ -13,6 +13,10 @@
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
               ${PROJECT_SOURCE_DIR}/LICENSE
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/nccl-mesh)
+# The README links into docs/ (the DGX Spark guide, the relay in full, ...): beside it, so the
+# links hold in the installed tree too.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/nccl-mesh/docs
+        FILES_MATCHING PATTERN "*.md")
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/plot-perf.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/nccl-mesh)
 

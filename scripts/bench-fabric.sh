@@ -36,7 +36,7 @@
 #   --build DIR   the CMake build tree (default <repo>/build): plugin, tools, mesh_e2e, drop-in
 #   --rate R      every cable's rate per direction (default 25M = 25 MB/s: half the highest
 #                 rate at which this machine served all 8 directions of a 4-ring with perftest
-#                 at >= 0.97 of the cap, --calibrate; README "Measured figures")
+#                 at >= 0.97 of the cap, --calibrate; docs/figures.md, "Links with a rate")
 #   --fn-rate R   a Spark function's own cap (default 0.56 x --rate: one function ~110 Gb/s of
 #                 a 196 Gb/s cable, as users measure on a DGX Spark)
 #   --calibrate   ib_write_bw on every cable direction of a 4-node ring at once (8 streams,

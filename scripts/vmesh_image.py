@@ -103,7 +103,7 @@ def find_tool(name):
     for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/sbin/{name}"):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise VmeshError(f"{name} not found; install it (see scripts/lab/README-lab.md)")
+    raise VmeshError(f"{name} not found; install it (see docs/lab.md, Packages)")
 
 
 def quiet(cmd, what, **kwargs):

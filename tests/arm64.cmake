@@ -32,7 +32,7 @@ add_subdirectory(abi_versions)
 # --- lab-arm64: the aarch64 lab (scripts/vmesh --arch arm64) ---------------------------------
 # aarch64 TCG guests with Debian's arm64 kernel and Soft-RoCE run the cross-built plugin
 # through tests/e2e's driver, as the x86 lab does. Label lab-arm64, never part of the
-# arm64 tier: run with `ctest --test-dir build-arm64 -L lab-arm64` (README: times).
+# arm64 tier: run with `ctest --test-dir build-arm64 -L lab-arm64` (docs/tests.md: times).
 file(GLOB MESH_E2E_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/e2e/*.cpp)
 add_executable(mesh_e2e ${MESH_E2E_SOURCES})
 # probes.cpp reads the userspace fabric's stats header (tests/fabric/include).

@@ -44,7 +44,7 @@ check_tree() {
         [ -f "$debug" ] && readelf -S "$debug" 2>/dev/null | grep -q '\.debug_info' ||
             fail "$debug missing or without .debug_info"
     done
-    for doc in README.md CHANGELOG.md LICENSE; do
+    for doc in README.md CHANGELOG.md LICENSE docs/dgx-spark.md; do
         [ -s "$root/share/doc/nccl-mesh/$doc" ] || fail "share/doc/nccl-mesh/$doc missing"
     done
     [ -x "$root/share/nccl-mesh/plot-perf.py" ] || fail "share/nccl-mesh/plot-perf.py missing"

@@ -18,7 +18,7 @@
 //                them mapped in a child), is refused by the plugin, and exit()s (the
 //                library destructor runs in the child); the parent's transfers, and the
 //                ones after, stay byte-exact.
-// The NCCL sources each point follows are cited in README "What NCCL can rely on".
+// The NCCL sources each point follows are cited in docs/how-it-works.md, "What NCCL can rely on".
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

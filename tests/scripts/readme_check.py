@@ -1,22 +1,27 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The README's promises, checked against the code (unit tier):
+"""The README's and docs/'s promises, checked against the code (unit tier):
 
   - every in-page link [text](#anchor) resolves to a heading (GitHub's anchor rules: markup
     stripped, lower case, punctuation but '-' and '_' dropped, spaces to '-', repeats -1, -2);
-    every relative file link names a file that exists;
+    every relative file link names a file that exists, and where it names an anchor in a
+    Markdown file (docs/relay.md#limits-of-the-relay, ../README.md#settings), that file has
+    a heading with that anchor;
   - every NCCL_MESH_* the text names is a row of the settings table (nccl-mesh-info --settings,
     printed from src/config/config.cpp's table);
   - every command-line flag the text shows after one of the project's tools (nccl-mesh-info,
     nccl-mesh-perf, mesh_e2e, scripts/*: test.sh, fabric-net, vmesh, ...) is one the tool's
     --help names (subcommands' help included).
 
-  readme_check.py --readme README.md --repo DIR --info BIN --perf BIN [--e2e BIN] [--drop-section TITLE]
+  readme_check.py --readme README.md --repo DIR --info BIN --perf BIN [--e2e BIN]
+                  [--docs FILE ...] [--drop-section TITLE]
   readme_check.py --selftest
 
---drop-section removes a section (heading to the next heading of its level or above) before
-checking: a README with a deleted section must fail. Exit 0 when everything holds, 1 with one
-line per problem ("README.md:LINE: ...").
+The files checked are the README and every docs/*.md under --repo (or the --docs given); each
+is checked as the README is. --drop-section removes a section of the README (heading to the
+next heading of its level or above) before checking, for the links within the README and for
+those from the docs into it: a README with a deleted section must fail. Exit 0 when
+everything holds, 1 with one line per problem ("README.md:LINE: ...", "docs/relay.md:LINE: ...").
 """
 import argparse
 import os
@@ -24,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 FLAG = re.compile(r"(?<![\w/.-])(--?[A-Za-z][\w-]*)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -124,8 +130,23 @@ def flags_used(text, scripts):
             tool = None
 
 
-def check(text, settings, helps, repo, readme_dir, scripts):
-    """The problems of a README's text, one string each."""
+def markdown_anchors(path, texts):
+    """The anchors of a Markdown file: its text as checked (texts: absolute path -> text, the
+    README with a dropped section included), else as on disk; None when it cannot be read."""
+    path = os.path.normpath(os.path.abspath(path))
+    if path in texts:
+        return anchors_of(texts[path].split("\n"))
+    try:
+        with open(path) as f:
+            return anchors_of(f.read().split("\n"))
+    except OSError:
+        return None
+
+
+def check(text, settings, helps, base_dir, scripts, texts=None):
+    """The problems of a Markdown file's text, one string each. base_dir: the folder relative
+    links start from; texts: the other files' texts as checked (absolute path -> text)."""
+    texts = texts or {}
     lines = text.split("\n")
     problems = []
     anchors = anchors_of(lines)
@@ -137,9 +158,15 @@ def check(text, settings, helps, repo, readme_dir, scripts):
                 if target[1:] not in anchors:
                     problems.append("%d: dangling in-page link %s (no heading has that anchor)" % (n, target))
             elif not re.match(r"^[a-z]+:", target):
-                path = os.path.join(readme_dir, target.split("#")[0])
-                if target.split("#")[0] and not os.path.exists(path):
+                file_part, _, anchor = target.partition("#")
+                path = os.path.join(base_dir, file_part)
+                if file_part and not os.path.exists(path):
                     problems.append("%d: link to %s, which does not exist" % (n, target))
+                elif file_part and anchor and path.endswith(".md") and os.path.isfile(path):
+                    there = markdown_anchors(path, texts)
+                    if there is not None and anchor not in there:
+                        problems.append("%d: dangling cross-file link %s (no heading of %s has the anchor #%s)"
+                                        % (n, target, file_part, anchor))
     for n, line in enumerate(lines, 1):
         for name in MESH_SETTING.findall(line):
             if name not in settings:
@@ -151,6 +178,16 @@ def check(text, settings, helps, repo, readme_dir, scripts):
                 problems.append("%d: %s: no --help to check %s against" % (n, tool, flag))
             elif flag not in accepted:
                 problems.append("%d: %s does not accept %s (not in its --help)" % (n, tool, flag))
+    return problems
+
+
+def check_files(files, settings, helps, scripts):
+    """files: [(name to print, absolute path, text)]; every problem as "NAME:LINE: ..."."""
+    texts = {os.path.normpath(path): text for _, path, text in files}
+    problems = []
+    for name, path, text in files:
+        for p in check(text, settings, helps, os.path.dirname(path), scripts, texts):
+            problems.append("%s:%s" % (name, p))
     return problems
 
 
@@ -222,11 +259,48 @@ def selftest():
     ]
     failed = 0
     for text, expected in cases:
-        problems = check(text, settings, helps, ".", ".", ["fabric-net"])
+        problems = check(text, settings, helps, ".", ["fabric-net"])
         if bool(problems) != bool(expected):
             failed += 1
             print("FAIL selftest: %r gave %s" % (text, problems or "no problem"))
-    print("readme_check selftest: %d of %d cases as expected" % (len(cases) - failed, len(cases)))
+    # Across files: a README and docs/*.md in a scratch tree; each case replaces one file's text.
+    readme = "# T\n## Use it\n## DGX Spark and ConnectX-7\n### Cabling\nsee [d](docs/relay.md#relay-in-full)\n"
+    relay = "# Relay\n## Relay in full\nback to [u](../README.md#use-it), [s](../README.md#dgx-spark-and-connectx-7)\n"
+    cross = [
+        (None, None, None, 0),                                                  # the tree as it is
+        ("docs/relay.md", "[x](../README.md#no-such-section)\n", "cross-file", 1),  # a missing README anchor
+        ("docs/relay.md", "[x](missing.md)\n", "does not exist", 1),                # a missing docs file
+        ("docs/relay.md", "[x](missing.md#a)\n", "does not exist", 1),
+        ("README.md", "[x](docs/relay.md#nowhere)\n", "cross-file", 1),            # a missing docs anchor
+        ("README.md", "[x](docs/gone.md)\n", "does not exist", 1),
+        ("README.md", "[x](docs/relay.md#relay-in-full) [y](docs/relay.md) [z](#t)\n", None, 0),
+        ("docs/relay.md", "[x](fabric.md#the-fabric) [y](../README.md#cabling)\n", None, 0),
+        ("docs/relay.md", "`[x](../README.md#inside-code)` and\n```\n[y](../README.md#nor-here)\n```\n", None, 0),
+    ]
+    with tempfile.TemporaryDirectory() as tree:
+        os.mkdir(os.path.join(tree, "docs"))
+        base = {"README.md": readme, "docs/relay.md": relay, "docs/fabric.md": "# The fabric\n"}
+        for replace, text, word, expected in cross:
+            files = dict(base)
+            if replace:
+                files[replace] = files[replace] + text
+            for name, body in files.items():
+                with open(os.path.join(tree, name), "w") as f:
+                    f.write(body)
+            problems = check_files([(n, os.path.join(tree, n), b) for n, b in files.items()], settings, helps, [])
+            if bool(problems) != bool(expected) or (word and not any(word in p for p in problems)):
+                failed += 1
+                print("FAIL selftest: %s + %r gave %s" % (replace, text, problems or "no problem"))
+        # The README with its DGX Spark section removed: the docs' link into it dangles.
+        files = dict(base)
+        files["README.md"] = drop_section(readme, "DGX Spark and ConnectX-7")
+        problems = check_files([(n, os.path.join(tree, n), b) for n, b in files.items()], settings, helps, [])
+        if not any("docs/relay.md:3: dangling cross-file link ../README.md#dgx-spark-and-connectx-7" in p
+                   for p in problems):
+            failed += 1
+            print("FAIL selftest: a dropped README section gave %s" % (problems or "no problem"))
+    total = len(cases) + len(cross) + 1
+    print("readme_check selftest: %d of %d cases as expected" % (total - failed, total))
     return 1 if failed else 0
 
 
@@ -238,6 +312,7 @@ def main():
     parser.add_argument("--perf")
     parser.add_argument("--e2e")
     parser.add_argument("--drop-section")
+    parser.add_argument("--docs", nargs="*", help="the docs to check (default: every docs/*.md under --repo)")
     parser.add_argument("--selftest", action="store_true")
     args = parser.parse_args()
     if args.selftest:
@@ -248,17 +323,27 @@ def main():
         text = f.read()
     if args.drop_section:
         text = drop_section(text, args.drop_section)
+    readme = os.path.abspath(args.readme)
+    files = [(os.path.basename(readme), readme, text)]
+    docs = args.docs
+    if docs is None:
+        folder = os.path.join(args.repo, "docs")
+        docs = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".md")) \
+            if os.path.isdir(folder) else []
+    for doc in docs:
+        with open(doc) as f:
+            files.append((os.path.relpath(os.path.abspath(doc), os.path.dirname(readme)), os.path.abspath(doc), f.read()))
     scripts = sorted(n for n in os.listdir(os.path.join(args.repo, "scripts"))
                      if os.path.isfile(os.path.join(args.repo, "scripts", n)))
     settings_out = subprocess.run([args.info, "--settings"], capture_output=True, text=True, timeout=30).stdout
     settings = set(re.findall(r"^\| `(NCCL_\w+)`", settings_out, re.M))
     if not settings:
         sys.exit("readme_check: %s --settings printed no table" % args.info)
-    problems = check(text, settings, tool_helps(args, scripts), args.repo, os.path.dirname(os.path.abspath(args.readme)), scripts)
-    name = os.path.basename(args.readme)
+    problems = check_files(files, settings, tool_helps(args, scripts), scripts)
     for p in problems:
-        print("%s:%s" % (name, p))
-    print("readme_check: %s: %d problem(s)%s" % (name, len(problems), " (section removed: %s)" % args.drop_section if args.drop_section else ""))
+        print(p)
+    print("readme_check: %s: %d problem(s)%s" % (", ".join(name for name, _, _ in files), len(problems),
+          " (section removed: %s)" % args.drop_section if args.drop_section else ""))
     return 1 if problems else 0
 
 

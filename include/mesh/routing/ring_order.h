@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // nccl-mesh-info --ring-order, the pure part (unit-tested): the order to launch nodes in so
 // that NCCL's ring follows the cables. NCCL numbers nodes in the order their first rank
-// appears and links node n to node n+1, the last back to the first (README "Topologies",
-// item 4); a consecutive pair with no cable between them is reached through the relay,
+// appears and links node n to node n+1, the last back to the first (docs/topologies.md,
+// the 4-node ring's item 4); a consecutive pair with no cable between them is reached through the relay,
 // which is slower. Owns: the "NAME SUBNET/LEN..." node lines `nccl-mesh-info --subnets`
 // prints, the search for a cyclic order with the fewest uncabled consecutive pairs, and the
 // words of the answer. No sockets, no RDMA, no logging.

@@ -32,7 +32,7 @@
 //     place) with the best found so far.
 // On an even ring every cable direction then carries the same number of relayed pairs
 // (4-ring: one each); a 6-ring's opposite nodes leave 3 or 4 per direction. A pair is
-// never striped over two relays (see README, Limits).
+// never striped over two relays (see docs/relay.md, "Limits of the relay").
 //
 // Digests (FNV-1a 64): topologyDigest covers the canonical input (ids, addresses, neighbour
 // lists as given, so two nodes whose pictures differ in any way see different digests);
