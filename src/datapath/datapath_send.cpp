@@ -220,10 +220,11 @@ ncclResult_t SendComm::pump() {
 // (SendCtrl::relayReleased), on the QPs in turn unless one is busier (pickRelayQp), so that
 // every link of the leg (both functions of a Spark cable) carries its share. The group's
 // sizes go first, a plain WRITE on the QP of its first ticket (RC keeps one QP's WRs in
-// order, so they are in place when the relay takes that ticket). The last data ticket carries kRelayLast; a group without
-// bytes is one no-data ticket. Then every other QP gets a 0-byte WRITE as its SendFinal, so
-// the send completes only when every QP's share was acknowledged. Each ticket is its own
-// signaled batch: chunks are large, and the relay frees slots one ticket at a time anyway.
+// order, so they are in place when the relay takes that ticket). The last data ticket
+// carries kRelayLast; a group without bytes is one no-data ticket. Then every other QP gets
+// a 0-byte WRITE as its SendFinal, so the send completes only when every QP's share was
+// acknowledged. Each ticket is its own signaled batch: chunks are large, and the relay frees
+// slots one ticket at a time anyway.
 ncclResult_t SendComm::postRelayed(int slot, bool* finished) {
   *finished = false;
   Group& g = groups_[slot];

@@ -276,9 +276,9 @@ bool RelayFwdComm::postDownTicket(const Op& op, bool noData, bool* failed) {
 // One queued op. Direct C: each piece a WRITE on the hop's QPs (pickRelayQp: the piece count
 // picks the QP unless it is busier, so every link of the hop carries its share), then what a
 // direct sender's final WRs are (comm.h, step 3): the immediate on every QP after its
-// pieces, the sizes array with QP 0's for a grouped receive. Relayed downstream: every piece a ticket into its
-// ring (postDownTicket), the group's last one marked, or one no-data ticket for a group
-// without bytes.
+// pieces, the sizes array with QP 0's for a grouped receive. Relayed downstream: every
+// piece a ticket into its ring (postDownTicket), the group's last one marked, or one no-data
+// ticket for a group without bytes.
 bool RelayFwdComm::postOp(const Op& op, bool* failed) {
   const FifoSlot* slots = ctrl()->fifo[op.slot];
   bool down = relayedSlot(op.slot);
