@@ -9,8 +9,10 @@
 //   next call; port, device and CQ errors are logged and fail nothing by themselves.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,7 @@ namespace {
 class ProbeComm : public Comm {
  public:
   explicit ProbeComm(const Discovery* disc) : Comm(false, disc, CommSettings()) {}
+  using Comm::checkPeer;
   using Comm::completionError;
   using Comm::health;
   using Comm::progress;
@@ -99,6 +102,31 @@ TEST_F(CommError, RemoteStatusesAreRemoteErrorsLocalOnesSystemErrors) {
     Discovery disc;
     ProbeComm comm(&disc);
     EXPECT_EQ(comm.completionError(completion(st, WrKind::SendFinal)), ncclSystemError) << "status " << st;
+  }
+}
+
+// A peer's control connection ended: the error names what is known. A clean close (FIN)
+// means the peer closed the comm or its process ended, and nothing tells which (issue 32:
+// not "process exited or was killed"); a timeout and a socket error say so instead.
+TEST_F(CommError, APeerGoneIsDescribedByWhatIsKnown) {
+  struct Case {
+    int err;
+    const char* says;
+  };
+  for (const Case& c : {Case{0, "the peer closed its end of the connection (it closed the comm, or its process ended)"},
+                        Case{ETIMEDOUT, "the peer stopped answering on its connection"},
+                        Case{ECONNRESET, "the connection to the peer failed (Connection reset by peer)"}}) {
+    Discovery disc;
+    ProbeComm comm(&disc);
+    EXPECT_EQ(comm.checkPeer("before isend"), ncclSuccess) << "no control connection: nothing known";
+    comm.control = std::make_shared<ControlLink>();
+    EXPECT_EQ(comm.checkPeer("before isend"), ncclSuccess) << "an open control connection";
+    comm.control->error.store(c.err);
+    comm.control->closed.store(true);
+    EXPECT_EQ(comm.checkPeer("before isend"), ncclRemoteError) << c.says;
+    EXPECT_TRUE(lastWarns(c.says)) << (warnings_.empty() ? std::string("no WARN") : warnings_.back());
+    EXPECT_TRUE(lastWarns("before isend"));
+    EXPECT_FALSE(lastWarns("killed")) << warnings_.back();
   }
 }
 
