@@ -12,12 +12,13 @@
 # to this table. docs/DESIGN-notes.md, "Map", says what each module owns.
 mesh_module(platform)                      # logging, errors, text, IPv4, pages, version, the verbs loader
 mesh_module(wire      USES platform)       # the bytes between nodes: listen handle, handshake messages
+mesh_module(stats     USES platform)       # live counters: published per process, read by nccl-mesh-info --watch
 mesh_module(routing   USES wire)           # which cable reaches a peer; the relay's route table
 mesh_module(config    USES routing)        # the NCCL_MESH_* settings table
 mesh_module(discovery USES config)         # the usable RoCE ports of this node
 mesh_module(rdma      USES discovery)      # QPs and memory registration
 mesh_module(connect   USES routing)        # the reactor thread and the handshake
-mesh_module(datapath  USES connect rdma)   # comms: the receiver-driven FIFO, flush, async events
+mesh_module(datapath  USES connect rdma stats)   # comms: the receiver-driven FIFO, flush, async events
 mesh_module(relay     USES datapath)       # route discovery and relayed connections
 mesh_module(plugin    USES relay)          # init and shutdown, the devices NCCL sees, the core calls
 mesh_module(abi       OBJECT USES plugin)  # ncclNet v8..v12 and the call recorder

@@ -347,6 +347,14 @@ std::vector<Setting> buildTable() {
                   "relayed connections together; beyond it a relayed connect is refused (K/M/G "
                   "suffixes, 1M..64G)",
                   &Config::relayMem, kMiB, 64 * kGiB),
+      boolSetting("NCCL_MESH_STATS", "1",
+                  "Publish live traffic counters (per cable, PCIe function, peer, relay) for "
+                  "nccl-mesh-info --watch/--json/--prometheus on this node; 0 = off",
+                  &Config::stats),
+      stringSetting("NCCL_MESH_STATS_DIR", "",
+                    "Directory of the live counters' files (one per process, mode 0600); empty = "
+                    "/dev/shm/nccl-mesh-<uid>. Readers must use the same (--stats-dir)",
+                    &Config::statsDir),
       stringSetting("NCCL_MESH_TRACE", "",
                     "Record every ncclNet call NCCL makes (arguments, results, never the data) into "
                     "PREFIX.HOST.PID.trace, for bug reports and tests/replay's mesh_replay; "

@@ -14,6 +14,7 @@
 
 #include "mesh/datapath/async_events.h"
 #include "mesh/datapath/barrier.h"
+#include "mesh/datapath/chunk_plan.h"
 #include "mesh/platform/check.h"
 #include "mesh/platform/log.h"
 #include "mesh/platform/page.h"
@@ -37,6 +38,7 @@ int resolveTrafficClass(int envTrafficClass, int commTrafficClass) {
 
 Comm::Comm(bool sender, const Discovery* disc, CommSettings settings)
     : sender_(sender), disc_(disc), settings_(settings), tuning_(settings.tuning) {
+  for (stats::LinkSlot*& l : linkStats_) l = &sinkLink_;
   for (int i = 0; i < kRequestPool; ++i) {
     reqs_[i].index = static_cast<uint16_t>(i);
     reqs_[i].comm = this;
@@ -101,6 +103,14 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
     }
     links_.push_back(l);
   }
+  uint32_t peerAddr = routes[0].peerAddr;
+  for (size_t i = 0; i < links_.size(); ++i) {
+    const Route& r = links_[i].route;
+    stats::LinkSlot* slot = stats::Publisher::link(links_[i].port->device, links_[i].port->port, r.local.addr, r.peerAddr);
+    linkStats_[i] = slot != nullptr ? slot : &sinkLink_;
+    peerAddr = std::min(peerAddr, r.peerAddr);
+  }
+  peerAddr_ = peerAddr;  // the comm's flow is claimed when it opens (markOpen, countAs)
   MESH_CHECK(allocCtrl());
   MESH_CHECK(createDevSlots());
   MESH_CHECK(createQps());
@@ -266,6 +276,13 @@ ncclResult_t Comm::postBatch(int q, int count) {
     return failure_;
   }
   qp.credits -= count;
+  uint64_t bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    for (int k = 0; k < wrs_[i].num_sge; ++k) bytes += wrs_[i].sg_list[k].length;
+  }
+  stats::LinkSlot* ls = linkStats_[qp.link];
+  stats::add(&ls->txBytes, bytes);
+  stats::add(&ls->txOps, static_cast<uint64_t>(count));
   qp.batches[qp.batchTail] = static_cast<uint16_t>(count);
   qp.batchTail = (qp.batchTail + 1) % kSendQueueDepth;
   return ncclSuccess;
@@ -313,6 +330,8 @@ void Comm::fail(const std::string& why, ncclResult_t code) {
   if (failure_ != ncclSuccess) return;
   failure_ = code;
   failureText_ = why;
+  stats::add(&flowStats_->errors, 1);
+  if (open_) stats::Publisher::event(stats::kCommErrors);
   MESH_WARN("%s comm with %s failed: %s", sender_ ? "send" : "recv", peer.c_str(), why.c_str());
 }
 
@@ -322,6 +341,7 @@ ncclResult_t Comm::completionError(const ibv_wc& wc) {
   for (int q = 0; q < nqps_; ++q) {
     if (qps_[q].qp.qpn() == wc.qp_num) qp = &qps_[q];
   }
+  if (qp != nullptr && wc.status != IBV_WC_WR_FLUSH_ERR) stats::add(&linkStats_[qp->link]->errors, 1);
   std::string where = qp != nullptr ? links_[qp->link].port->label() + " local GID " +
                                           gidText(links_[qp->link].gid)
                                     : std::string("flush QP");
@@ -400,12 +420,37 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
     if (sizes != nullptr) {
       for (int i = 0; i < req->n; ++i) sizes[i] = req->sizes[i];
     }
+    countDone(*req);
     freeRequest(req);
     return ncclSuccess;
   }
   if (r != ncclSuccess) return r;
   if (peerGone) return checkPeer("with a request pending");
   return ncclSuccess;
+}
+
+// A request's payload into the live counters. A send's bytes are counted per link as they
+// are posted (postBatch); a receive sees no work request of the sender's, so its bytes are
+// put on the links the way the sender splits them (qpShare, with our NCCL_MESH_SPLIT_MIN:
+// the job's settings are the same on every node). A relay's pieces do not follow that
+// split; its own counters are exact (RelayLegComm counts every ticket where it lands).
+void Comm::countDone(const Request& r) {
+  if (r.kind == Request::Kind::Send) {
+    stats::add(&flowStats_->txBytes, r.size);
+  } else if (r.kind == Request::Kind::Recv) {
+    uint64_t total = 0;
+    for (int i = 0; i < r.n; ++i) total += r.sizes[i];
+    stats::add(&flowStats_->rxBytes, total);
+    if (total == 0) return;
+    for (int q = 0; q < nqps_; ++q) {
+      uint64_t bytes = 0;
+      for (int i = 0; i < r.n; ++i) {
+        Span span = qpShare(r.sizes[i], q, nqps_, settings_.splitMin, r.slot);
+        bytes += span.hi - span.lo;
+      }
+      if (bytes != 0) stats::add(&linkStats_[qps_[q].link]->rxBytes, bytes);
+    }
+  }
 }
 
 ncclResult_t Comm::checkPeer(const char* doing) {
@@ -446,6 +491,7 @@ void Comm::drain() {
 void Comm::close() {
   if (closed_) return;
   closed_ = true;
+  if (open_) stats::add(&flowStats_->closed, 1);
   // 1. Every QP, the flush QPs included, to ERR: nothing more is executed.
   for (int q = 0; q < nqps_; ++q) qps_[q].qp.toError();
   for (int s = 0; s < ndevs_; ++s) devs_[s].flushQp.toError();

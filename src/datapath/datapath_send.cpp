@@ -75,6 +75,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, const MrHandle* m
   }
   if (pos < 0) return ncclSuccess;  // the tag is for a later slot (or none): NCCL retries
   if (size > slots[pos].size) {
+    stats::Publisher::event(stats::kTruncations);
     warnTruncation(size, slots[pos].size, tag);
     size = slots[pos].size;
   }

@@ -182,17 +182,32 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
   std::unique_ptr<PreparedConn> conn;
   ncclResult_t r = pending.relay != nullptr ? pending.relay->poll(&conn) : hs->pollConnect(pending.connector.get(), &conn);
   if (r != ncclSuccess || conn != nullptr) tables.endPendingConnect(handle);
+  if (r != ncclSuccess) stats::Publisher::event(stats::kConnectFails);
   MESH_CHECK(r);
   *out = static_cast<SendComm*>(conn.release());
-  if (*out != nullptr) tables.remember(*out, NetTables::Kind::Send, (*out)->localPorts());
+  if (*out != nullptr) {
+    if (pending.relay != nullptr) {
+      uint32_t peer = h.addrs.empty() ? 0 : h.addrs[0].addr;
+      (*out)->countAs(stats::FlowKind::Relayed, peer, pending.relay->viaAddr(), 0);
+    }
+    (*out)->markOpen();
+    stats::Publisher::event(stats::kConnects);
+    tables.remember(*out, NetTables::Kind::Send, (*out)->localPorts());
+  }
   return ncclSuccess;
 }
 
 ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
   *out = nullptr;
   std::unique_ptr<PreparedConn> conn;
-  MESH_CHECK(Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn));
+  ncclResult_t r = Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn);
+  if (r != ncclSuccess) stats::Publisher::event(stats::kConnectFails);
+  MESH_CHECK(r);
   *out = static_cast<RecvComm*>(conn.release());
+  if (*out != nullptr) {
+    (*out)->markOpen();
+    stats::Publisher::event(stats::kAccepts);
+  }
   Plugin::instance().tables().remember(*out, NetTables::Kind::Recv);
   return ncclSuccess;
 }
@@ -243,6 +258,7 @@ ncclResult_t netTest(Request* req, int* done, size_t* sizes, int* count) {
 
 namespace {
 ncclResult_t closeComm(Comm* comm) {
+  stats::Publisher::event(stats::kCloses);
   comm->close();
   if (Handshaker* hs = Plugin::instance().handshaker()) hs->closeControl(comm->control);
   delete comm;

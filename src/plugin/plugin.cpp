@@ -73,6 +73,7 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
   // The reactor serves handshakes and async events: with no port there are none, and no
   // thread. Started last, so a failed init leaves no thread behind.
   if (!discovery_.ports.empty()) MESH_CHECK(reactor_.start());
+  startStats();
   buildNetDevices();
   buildConnectionMachinery();
   watchAsyncEvents();
@@ -84,6 +85,18 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
   initPid_ = getpid();
   initialized_ = true;
   return ncclSuccess;
+}
+
+// Live counters (mesh/stats/stats.h): a file per loaded plugin. Not being able to publish
+// them never stops NCCL: the comms count into a sink and one WARN says why.
+void Plugin::startStats() {
+  if (!config_.stats || discovery_.ports.empty()) return;
+  std::string path, why;
+  if (stats::Publisher::open(config_.statsDir, &path, &why)) {
+    MESH_INFO(NCCL_INIT, "live counters: %s (nccl-mesh-info --watch; NCCL_MESH_STATS=0 turns them off)", path.c_str());
+  } else {
+    MESH_WARN("live counters not published: %s (NCCL_MESH_STATS=0 silences this)", why.c_str());
+  }
 }
 
 // As NCCL's IB transport, which calls ibv_fork_init() before it opens a device (2.28.9
@@ -136,6 +149,7 @@ void Plugin::shutdown(bool fromExitHandler) {
     relay_->abandon();
     if (routes_ != nullptr) routes_->stop();
     reactor_.stop();
+    stats::Publisher::close(false);  // the comms left alive may still count into the mapping
     return;
   }
   // The relay's thread drives handshakes on the reactor and owns its links' comms: first.
@@ -154,6 +168,7 @@ void Plugin::shutdown(bool fromExitHandler) {
   }
   releaseStatic(handshakers_);
   releaseStatic(transports_);
+  stats::Publisher::close();  // every comm is gone: nothing counts any more
   registry_.reset();
   releaseStatic(netDevices_);
   releaseStatic(gpus_);

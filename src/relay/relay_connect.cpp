@@ -53,7 +53,12 @@ std::string RelayConnector::via() const {
   return index_ < candidates_.size() ? formatIpv4(candidates_[index_].route.nextHopAddr) : std::string("?");
 }
 
+uint32_t RelayConnector::viaAddr() const {
+  return index_ < candidates_.size() ? candidates_[index_].route.nextHopAddr : 0;
+}
+
 void RelayConnector::nextCandidate(const std::string& why) {
+  stats::Publisher::event(stats::kRelayRetries);
   tried_.push_back("via " + via() + ": " + why);
   if (fd_ >= 0) close(fd_);
   fd_ = -1;

@@ -74,6 +74,9 @@ void RelayLegComm::onCompletion(const ibv_wc& wc) {
     a.valid = true;
     a.qp = id.qp;
     a.imm = imm;
+    // The relay's counters are exact: every ticket is counted on the QP it landed on.
+    stats::add(&linkStats_[qps_[id.qp % kMaxQps].link]->rxBytes, wc.byte_len);
+    stats::add(&flowStats_->rxBytes, wc.byte_len);
   }
 }
 
@@ -270,6 +273,7 @@ bool RelayFwdComm::postDownTicket(const Op& op, bool noData, bool* failed) {
   ++downPosted_;
   sizesDue_[op.slot] = 0;
   *failed = postBatch(q, count) != ncclSuccess;
+  if (!noData) stats::add(&flowStats_->txBytes, op.len);
   return true;
 }
 
@@ -303,6 +307,7 @@ bool RelayFwdComm::postOp(const Op& op, bool* failed) {
     wr.wr.rdma.rkey = slots[op.entry].rkeys[qp.link];
     ++hopPieces_;
     *failed = postOne(q, wr, sge) != ncclSuccess;
+    stats::add(&flowStats_->txBytes, op.len);
     return true;
   }
   for (int q = 0; q < nqps_; ++q) {

@@ -268,6 +268,12 @@ bool RelayService::stepSession(Session& s) {
         hs_->closeControl(leg->control);
         return false;
       }
+      // Live counters: both comms count into one forwarded flow (origin -> C); the leg
+      // counts what arrived, the hop what went on; the leg counts the connection.
+      uint32_t dest = s.open.target.addrs.empty() ? fwd->peerAddr() : s.open.target.addrs[0].addr;
+      leg->countAs(stats::FlowKind::Forwarded, dest, 0, leg->peerAddr());
+      fwd->countAs(stats::FlowKind::Forwarded, dest, 0, leg->peerAddr());
+      leg->markOpen();
       std::string name = s.peer + " -> " + s.target;
       legConn.release();
       s.fwd.release();

@@ -43,11 +43,14 @@ const ScenarioInfo kScenarios[] = {
      "[--pairs 4] [--count 262144] [--iters 2]  ring all-reduce, exact check"},
     {"links", runLinks, {"size", "min-share"},
      "[--size 4M] [--min-share 0.1]  2 nodes, vmesh --links 2: striping on both rxe devices"},
-    {"functions", runFunctions, {"count", "tolerance", "relayed"},
+    {"functions", runFunctions, {"count", "tolerance", "relayed", "watch"},
      "[--count 24] [--tolerance 0.1]  fabric-net --functions 2: every function of every cable end\n"
      "                  carries an equal share both ways (per-device byte counters), data exact\n"
      "                  [--relayed]  4-node ring, NCCL_MESH_RELAY=auto: ranks 0 <-> 2 through a relay,\n"
-     "                  every function of both legs an equal share"},
+     "                  every function of both legs an equal share\n"
+     "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
+     "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
+     "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
     {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds"},
      "[--algo ring|tree|alltoall|contention] [--bytes 64M] [--channels 4] [--slice 512K] [--iters 3]\n"
      "                  [--warmup 1] [--ceiling B/s] [--seconds 3]  NCCL's collectives pipelined as NCCL runs\n"
@@ -288,6 +291,11 @@ int mainImpl(int argc, char** argv) {
   if (needsChildGuard(ctx)) {
     int status = forkChildGuard(ctx, shared, deadline);
     if (status >= 0) return status;  // the parent is done; the child goes on
+  }
+  // --watch: this rank's live counters in a directory of its own (the nodes of a fabric
+  // share one /dev/shm), before the plugin is loaded.
+  if (ctx.opts.has("watch") && getenv("NCCL_MESH_STATS_DIR") == nullptr) {
+    setenv("NCCL_MESH_STATS_DIR", format("%s/stats.%d", shared.c_str(), ctx.rank).c_str(), 1);
   }
   ctx.deadline = Deadline(deadline, format("--deadline %.0f s", deadline));
   startWatchdog(ctx.scenario, ctx.rank, deadline + 20);

@@ -77,9 +77,6 @@ bool libraryMapped(const std::string& name) {
   return false;
 }
 
-namespace {
-
-// Runs argv, returns its stdout+stderr; false with *error when it cannot run or fails.
 bool runCapture(const std::vector<std::string>& args, std::string* out, std::string* error) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -120,6 +117,8 @@ bool runCapture(const std::vector<std::string>& args, std::string* out, std::str
   }
   return true;
 }
+
+namespace {
 
 const char* const kLeakKeys[] = {"qp", "cq", "mr", "pd"};
 

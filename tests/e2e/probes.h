@@ -34,6 +34,9 @@ std::string describeResources(const RdmaResources& r);
 std::string diffResources(const RdmaResources& before, const RdmaResources& after);
 
 // /sys/class/infiniband/<dev>/ports/<port>/hw_counters/<name>, or -1.
+// Runs argv, returns its stdout+stderr; false with *error when it cannot run or fails.
+bool runCapture(const std::vector<std::string>& args, std::string* out, std::string* error);
+
 long readPortCounter(const std::string& dev, int port, const std::string& name);
 // One line per RDMA device with its port 1 retransmission counters, e.g.
 // "rxe_p1: duplicate_request=64 completer_retry_err=3 ..." (counters the provider lacks are

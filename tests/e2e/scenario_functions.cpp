@@ -4,12 +4,25 @@
 // rank sends to each neighbour and receives from it, messages below and above the split size,
 // data checked; then, per cable, the fabric's per-device byte counters must show every function
 // of this end carrying an equal share (within --tolerance) in both directions.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
 
 #include "comm_setup.h"
+#include "probes.h"
 #include "scenarios.h"
 #include "transfer.h"
+
+extern char** environ;
 
 namespace e2e {
 namespace {
@@ -79,6 +92,139 @@ std::vector<Op> exchangeOps(Context& ctx, const CommTable& t, std::vector<int> p
   return ops;
 }
 
+// --- --watch: nccl-mesh-info --watch beside the exchange (issue 34) ----------------------------
+
+std::string statsDir() {
+  const char* d = getenv("NCCL_MESH_STATS_DIR");
+  if (d == nullptr) fail("functions --watch: NCCL_MESH_STATS_DIR is not set");
+  return d;
+}
+
+// A process that loaded the plugin (nccl-mesh-info --serve publishes counters like any
+// other), killed with SIGKILL once its counters file is there: its file stays behind, stale.
+// Returns its pid.
+pid_t leaveStaleFile(const std::string& tool, const Deadline& deadline) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> args{tool, "--serve", "--port", "0", "--bind", "127.0.0.1"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(&a[0]);
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) fail("functions --watch: cannot run %s: %s", tool.c_str(), strerror(rc));
+  std::string dir = statsDir(), mark = format(".%d.", static_cast<int>(pid));
+  bool found = false;
+  while (!found) {
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        std::string n = e->d_name;
+        if (n[0] != '.' && n.find(mark) != std::string::npos && n.size() > 6 && n.substr(n.size() - 6) == ".stats") found = true;
+      }
+      closedir(d);
+    }
+    int status = 0;
+    if (!found && waitpid(pid, &status, WNOHANG) == pid) fail("functions --watch: %s --serve exited before it published counters", tool.c_str());
+    if (!found && deadline.expired()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      fail("functions --watch: no counters file of pid %d in %s (%s)", static_cast<int>(pid), dir.c_str(), deadline.what().c_str());
+    }
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling for the file
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return pid;
+}
+
+// The tool's plain frames: for every frame, the function rows of the cable made of `devs`:
+// the SHARE column (percent; -1 for "-") and the frame's Gb/s both ways.
+struct WatchRow {
+  std::string function;
+  double gbps = 0;
+  int share = -1;
+};
+std::vector<std::vector<WatchRow>> watchFrames(const std::string& out, const std::vector<std::string>& devs) {
+  std::vector<std::vector<WatchRow>> frames;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("nccl-mesh-info --watch:", 0) == 0) {
+      frames.emplace_back();
+      continue;
+    }
+    if (frames.empty()) continue;
+    std::istringstream ls(line);
+    std::vector<std::string> tok;
+    std::string t;
+    while (ls >> t) tok.push_back(t);
+    if (tok.size() < 5 || tok[1] == "cable" || tok[0].find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string dev = tok[1].substr(0, tok[1].find(':'));
+    if (std::find(devs.begin(), devs.end(), dev) == devs.end()) continue;
+    WatchRow r;
+    r.function = tok[1];
+    r.gbps = atof(tok[2].c_str()) + atof(tok[3].c_str());
+    r.share = tok[4] == "-" ? -1 : atoi(tok[4].c_str());
+    frames.back().push_back(r);
+  }
+  return frames;
+}
+
+// What is wrong with the watched shares of one cable: every frame that carried at least a
+// quarter of the busiest frame's traffic must show each function within tolerance of 1/k.
+std::string watchProblems(const std::string& out, int peer, const std::vector<std::string>& devs, double tolerance,
+                          std::string* table) {
+  std::vector<std::vector<WatchRow>> frames = watchFrames(out, devs);
+  double busiest = 0;
+  for (const auto& f : frames) {
+    double sum = 0;
+    for (const WatchRow& r : f) sum += r.gbps;
+    busiest = std::max(busiest, sum);
+  }
+  std::string problems;
+  int checked = 0;
+  double fair = 100.0 / static_cast<double>(devs.size());
+  for (const auto& f : frames) {
+    double sum = 0;
+    for (const WatchRow& r : f) sum += r.gbps;
+    if (busiest <= 0 || sum < busiest / 4) continue;
+    ++checked;
+    if (f.size() != devs.size()) {
+      problems += format(" --watch frame shows %zu function(s) of the cable to rank %d, not %zu;", f.size(), peer, devs.size());
+      continue;
+    }
+    *table += format(" watch%d:", peer);
+    for (const WatchRow& r : f) {
+      *table += format(" %s=%d%%", r.function.c_str(), r.share);
+      if (r.share < 0 || std::fabs(r.share - fair) > tolerance * fair + 1) {  // +1: the column is whole percents
+        problems += format(" --watch shows %s with %d%% of its cable, not %.0f%% +- %.0f%%;", r.function.c_str(), r.share,
+                           fair, tolerance * 100);
+      }
+    }
+  }
+  if (checked == 0) problems += format(" --watch showed no traffic on the cable to rank %d in %zu frame(s);", peer, frames.size());
+  return problems;
+}
+
+// The sum of the tx_bytes of the --json flows of `kind`.
+uint64_t jsonFlowBytes(const std::string& json, const std::string& kind) {
+  uint64_t sum = 0;
+  std::istringstream in(json);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\": \"" + kind + "\"") == std::string::npos) continue;
+    size_t at = line.find("\"tx_bytes\": ");
+    if (at == std::string::npos) fail("functions --watch: a %s flow without tx_bytes: %s", kind.c_str(), line.c_str());
+    sum += strtoull(line.c_str() + at + 12, nullptr, 10);
+  }
+  return sum;
+}
+
 }  // namespace
 
 // --relayed (a 4-node ring, NCCL_MESH_RELAY=auto): ranks 0 and 2, which no cable joins,
@@ -120,10 +266,36 @@ std::string runFunctions(Context& ctx) {
   CommTable t = establish(ctx, {peers, peers, 1, "functions"}, ctx.deadline);
   std::vector<void*> mhs;
   std::vector<Op> ops = exchangeOps(ctx, t, peers, out, in, sizes, perSize, &mhs);
+  std::string tool = ctx.opts.str("watch", "");
+  pid_t victim = -1;
+  std::string watchOut, watchError;
+  bool watchOk = true;
+  std::thread watcher;
+  if (!tool.empty()) {
+    setPhase("functions: a killed process's counters file");
+    victim = leaveStaleFile(tool, ctx.deadline);
+    ctx.barrier("functions-watch");  // every rank starts its exchange and its watch together
+    watcher = std::thread([&] {
+      watchOk = runCapture({tool, "--watch", "--interval", "1", "--count", "3", "--stats-dir", statsDir()}, &watchOut,
+                           &watchError);
+    });
+  }
   setPhase("functions: exchanging with every neighbour");
   Clock::time_point t0 = Clock::now();
   Engine(ctx, ctx.seed).run(ops, ctx.deadline);
   double seconds = secondsSince(t0);
+  std::string watchTable, watchBad;
+  if (!tool.empty()) {
+    setPhase("functions: waiting for nccl-mesh-info --watch");
+    watcher.join();
+    if (!watchOk) fail("functions --watch: %s", watchError.c_str());
+    std::string gone = format("(pid %d is gone)", static_cast<int>(victim));
+    if (watchOut.find("removed the stale counters of a process that ended") == std::string::npos ||
+        watchOut.find(gone) == std::string::npos) {
+      watchBad += format(" --watch did not say it removed the stale file of the killed pid %d;", static_cast<int>(victim));
+    }
+    if (watchOut.find("WARN:") != std::string::npos) watchBad += " --watch printed a WARN line;";
+  }
   for (size_t p = 0; p < peers.size(); ++p) {
     std::string bad = checkPattern(in.data() + p * perPeer, perPeer, patternSeed(peers[p], ctx.rank, 11, perPeer, 0));
     if (!bad.empty()) fail("functions: data from rank %d corrupt: %s", peers[p], bad.c_str());
@@ -153,6 +325,32 @@ std::string runFunctions(Context& ctx) {
     ++busyCables;
     if (sentData) problems += shareProblems("sent", sent, tolerance, &table);
     if (rcvdData) problems += shareProblems("rcvd", rcvd, tolerance, &table);
+    if (!tool.empty()) watchBad += watchProblems(watchOut, peer, devs[peer], tolerance, &watchTable);
+  }
+  if (!tool.empty() && relayed) {
+    // The relays' forwarded bytes are what ranks 0 and 2 sent through them: exact, once every
+    // receive completed (a relay posts a piece before the receiver can complete).
+    std::string json, error;
+    if (!runCapture({tool, "--watch", "--json", "--interval", "0.2", "--stats-dir", statsDir()}, &json, &error)) {
+      fail("functions --watch --json: %s", error.c_str());
+    }
+    uint64_t mine = jsonFlowBytes(json, ctx.rank % 2 == 0 ? "relayed" : "forwarded");
+    ctx.rv->publish(format("functions-flow.%d", ctx.rank), std::to_string(mine));
+    if (ctx.rank == 0) {
+      uint64_t relayedSent = 0, forwarded = 0;
+      for (int r = 0; r < 4; ++r) {
+        uint64_t v = std::stoull(ctx.rv->fetch(format("functions-flow.%d", r), ctx.deadline, "a rank's --json flow bytes"));
+        (r % 2 == 0 ? relayedSent : forwarded) += v;
+      }
+      watchTable += format(" relayed_sent=%llu forwarded=%llu", static_cast<unsigned long long>(relayedSent),
+                           static_cast<unsigned long long>(forwarded));
+      if (relayedSent != 2 * perPeer || forwarded != relayedSent) {
+        watchBad += format(" ranks 0 and 2 sent %llu bytes through the relays (expected %zu) and the relays forwarded %llu;",
+                           static_cast<unsigned long long>(relayedSent), 2 * perPeer,
+                           static_cast<unsigned long long>(forwarded));
+      }
+    }
+    ctx.barrier("functions-flows");
   }
   if (relayed) {
     ctx.rv->publish(format("functions-busy.%d", ctx.rank), std::to_string(busyCables));
@@ -178,6 +376,11 @@ std::string runFunctions(Context& ctx) {
   std::string figures = format("seconds=%.3f route=[%s] bytes(sent/rcvd):%s", seconds, routeText.c_str(),
                                table.c_str());
   if (!problems.empty()) fail("functions: not an equal share per function:%s (%s)", problems.c_str(), figures.c_str());
+  if (!watchBad.empty()) {
+    fail("functions --watch:%s (%s)\n--- nccl-mesh-info --watch said:\n%s", watchBad.c_str(), watchTable.c_str(),
+         watchOut.c_str());
+  }
+  if (!tool.empty()) figures += " --watch:" + watchTable;
   return figures;
 }
 

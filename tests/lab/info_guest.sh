@@ -36,5 +36,28 @@ for addr in $peers; do  # addresses on cables we are not on: no route, exit stat
   rc=$?
   [ "$rc" -eq 2 ] || fail "peer $addr on a cable we are not on: exit $rc, expected 2 (no route)"
 done
-[ "$fails" -eq 0 ] && echo "PASS rank $VMESH_RANK: $mine ports, routes to every cabled peer, none to the rest"
+# --watch with no job (issue 34): no process, and on the real kernel (rxe) the NIC's own sysfs
+# counters of every port; --prometheus writes them for node_exporter.
+watch=$("$info" --watch --count 1 --interval 0.5 --stats-dir "/tmp/nccl-mesh-watch.$$" 2>&1)
+echo "$watch" | grep -q "^nccl-mesh-info --watch: .* 0 process(es) with the plugin" ||
+  fail "--watch with no job: $(echo "$watch" | head -n 3)"
+echo "$watch" | grep -q "^WARN" && fail "--watch warned: $(echo "$watch" | grep '^WARN' | head -n 2)"
+if [ "$rdma" = rxe ]; then
+  while read -r link a b dev_a dev_b addr_a addr_b; do
+    [ -n "$link" ] || continue
+    if [ "$a" = "$VMESH_RANK" ]; then dev=$dev_a; elif [ "$b" = "$VMESH_RANK" ]; then dev=$dev_b; else continue; fi
+    # NIC table row: "rxe_p1:1  -  -  ..." (rxe keeps no port data counters, only hw_counters)
+    echo "$watch" | sed -n '/^NIC counters/,$p' | grep -Eq "^ +rxe_$dev:1 " ||
+      fail "--watch lists no NIC counters row for rxe_$dev:1: $(echo "$watch" | sed -n '/^NIC counters/,$p' | head -n 4)"
+  done <"$VMESH_LINK_TABLE"
+  prom="/tmp/nccl-mesh-watch.$$.prom"
+  "$info" --prometheus "$prom" --count 1 --interval 0.5 --stats-dir "/tmp/nccl-mesh-watch.$$" >/dev/null 2>&1 ||
+    fail "--prometheus exited $?"
+  grep -q '^nccl_mesh_processes 0$' "$prom" || fail "--prometheus: no 'nccl_mesh_processes 0' in $prom"
+  grep -q '^nccl_mesh_nic_hw_counter_total{device="rxe_' "$prom" ||
+    fail "--prometheus: no rxe hw_counters: $(grep -c . "$prom") lines"
+  rm -f "$prom"
+fi
+rm -rf "/tmp/nccl-mesh-watch.$$"
+[ "$fails" -eq 0 ] && echo "PASS rank $VMESH_RANK: $mine ports, routes to every cabled peer, none to the rest, --watch with no job"
 [ "$fails" -eq 0 ]

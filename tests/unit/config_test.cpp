@@ -343,10 +343,10 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_GDR_FLUSH_DISABLE",
         "NCCL_MESH_FORCE_FLUSH", "NCCL_MESH_RELAY", "NCCL_MESH_ROUTES", "NCCL_MESH_RELAY_PORT",
         "NCCL_MESH_RELAY_MAX_HOPS", "NCCL_MESH_RELAY_PLAN", "NCCL_MESH_RELAY_CHUNK", "NCCL_MESH_RELAY_DEPTH",
-        "NCCL_MESH_RELAY_MEM", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
+        "NCCL_MESH_RELAY_MEM", "NCCL_MESH_STATS", "NCCL_MESH_STATS_DIR", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 31u);
+  EXPECT_EQ(names.size(), 33u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

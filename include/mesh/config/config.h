@@ -53,6 +53,9 @@ struct Config {
   size_t relayChunk = 512u << 10;              // NCCL_MESH_RELAY_CHUNK: staging ring slot
   int relayDepth = 8;                          // NCCL_MESH_RELAY_DEPTH: slots per connection
   size_t relayMem = size_t{1} << 30;           // NCCL_MESH_RELAY_MEM: staging cap per node
+  // Live counters (mesh/stats/stats.h; nccl-mesh-info --watch reads them).
+  bool stats = true;                           // NCCL_MESH_STATS
+  std::string statsDir;                        // NCCL_MESH_STATS_DIR: "" = /dev/shm/nccl-mesh-<uid>
   // Recording every ncclNet call (src/abi/trace.h; tests/replay replays the files).
   std::string tracePath;                       // NCCL_MESH_TRACE: path prefix, "" = off
   size_t traceMax = size_t{64} << 20;          // NCCL_MESH_TRACE_MAX: bytes per file

@@ -60,6 +60,7 @@
 #include "mesh/discovery/nic_discovery.h"
 #include "mesh/rdma/mr_cache.h"
 #include "mesh/rdma/qp.h"
+#include "mesh/stats/stats.h"
 #include "mesh/wire/handshake_proto.h"
 
 namespace mesh {
@@ -233,6 +234,21 @@ class Comm : public PreparedConn {
   std::vector<int> localPorts() const;
   // The RDMA devices (Discovery::devices index) the comm's links use, each once.
   std::vector<int> deviceIndexes() const;
+  // Live counters (mesh/stats/stats.h). prepare() gives every link its slot; countAs() gives
+  // the comm its flow (a relayed connection, a relay's forwarding); markOpen(): the comm is
+  // NCCL's (or the relay's) now: a comm without a flow gets the direct one to its peer (its
+  // lowest address on our cables), the flow counts it opened, and close() counts it closed.
+  void countAs(stats::FlowKind kind, uint32_t peerAddr, uint32_t viaAddr, uint32_t originAddr) {
+    stats::FlowSlot* f = stats::Publisher::flow(kind, peerAddr, viaAddr, originAddr);
+    flowStats_ = f != nullptr ? f : &sinkFlow_;
+  }
+  uint32_t peerAddr() const { return peerAddr_; }
+  void markOpen() {
+    if (open_) return;
+    if (flowStats_ == &sinkFlow_) countAs(stats::FlowKind::Direct, peerAddr_, 0, 0);
+    stats::add(&flowStats_->opened, 1);
+    open_ = true;
+  }
   // Whether `mh` has a registration on every device of this comm (a handle registered
   // through another comm may not).
   bool covers(const MrHandle* mh) const {
@@ -294,6 +310,8 @@ class Comm : public PreparedConn {
   int pickRelayQp(uint64_t rr, int need) const;
   static constexpr int kRelayQpSlack = 1;
   void fail(const std::string& why, ncclResult_t code);
+  // A completed request's payload into the live counters (test()).
+  void countDone(const Request& r);
   virtual void onCompletion(const ibv_wc& wc) = 0;
   // Runs at the end of every progress(): work that waits on remote-written memory rather
   // than on a completion (a relayed sender's ring credits).
@@ -328,6 +346,12 @@ class Comm : public PreparedConn {
   // state may complete after the flushes, and then it names the real cause.
   bool failureIsFlush_ = false;
   bool closed_ = false;
+  bool open_ = false;                // markOpen() was called
+  uint32_t peerAddr_ = 0;            // the peer's lowest address on the comm's links
+  stats::LinkSlot sinkLink_ = {};    // where counts go when they are not published
+  stats::FlowSlot sinkFlow_ = {};
+  stats::LinkSlot* linkStats_[kMaxLinks];  // per link; the sink until prepare()
+  stats::FlowSlot* flowStats_ = &sinkFlow_;
   ibv_send_wr wrs_[kMaxBatch] = {};
   ibv_sge sges_[kMaxBatch] = {};
 

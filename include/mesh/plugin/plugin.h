@@ -94,6 +94,7 @@ class Plugin {
   void watchAsyncEvents();
   void initFork();
   void startRelay();
+  void startStats();
   CommSettings commSettings() const;
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)

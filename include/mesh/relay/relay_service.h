@@ -153,6 +153,9 @@ class RelayConnector {
   ncclResult_t poll(std::unique_ptr<PreparedConn>* out);
   // What the connection goes through, for the log: "198.18.0.2".
   std::string via() const;
+  // The address of the relay the connection goes through (0 before one answered).
+  uint32_t viaAddr() const;
+  const Handle& target() const { return target_; }
 
  private:
   enum class State { Start, Connecting, Sending, Reading, Leg, Failed };

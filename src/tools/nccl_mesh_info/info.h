@@ -4,6 +4,8 @@
 // JSON output with --subnets and --ring-order (info_print.cpp). Private to the tool.
 #pragma once
 
+#include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -56,6 +58,12 @@ struct Options {
   std::string bind;
   double timeout = -1;  // -1: the mode's default
   std::vector<PeerSpec> peers;
+  // --watch / --prometheus (info_watch.cpp)
+  bool watch = false;
+  double interval = 1.0;       // --interval S
+  int count = 0;               // --count N: frames, 0 = until interrupted
+  std::string statsDir;        // --stats-dir DIR: "" = NCCL_MESH_STATS_DIR or the default
+  std::string prometheus;      // --prometheus FILE
 };
 
 struct PeerRoutes {
@@ -79,6 +87,38 @@ struct RelayView {
   std::function<mesh::NextHopResult(const std::vector<mesh::HandleAddress>&)> nextHops;
 };
 
+// --- shared by the outputs -----------------------------------------------------------------
+
+// Left-aligned columns sized to their widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print() const { fputs(text().c_str(), stdout); }
+  std::string text() const {
+    std::vector<size_t> width(rows_[0].size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line = " ";
+      for (size_t c = 0; c < row.size(); ++c) {
+        line += " " + row[c];
+        if (c + 1 < row.size()) line += std::string(width[c] - row[c].size(), ' ');
+      }
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "200 Gbps", "unknown" (info_print.cpp).
+std::string speedText(int mbps);
+
 // --- info_routes.cpp -----------------------------------------------------------------------
 
 RelayView computedRelay(const mesh::Plugin& plugin);
@@ -95,6 +135,11 @@ void printRelayTable(const RelayView& relay);
 void printNoPortHint(const mesh::Plugin& plugin);
 void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes, const RelayView* relay);
 int printSubnets();
+
+// --- info_watch.cpp ------------------------------------------------------------------------
+
+// --watch, --watch --json, --prometheus: the live counters of every process on this node.
+int runWatch(const Options& opt);
 int printRingOrder(const std::string& file);
 
 }  // namespace info

@@ -34,6 +34,8 @@ const char kUsage[] =
     "       nccl-mesh-info --settings | --version | --help\n"
     "       nccl-mesh-info --subnets | --ring-order FILE\n"
     "       nccl-mesh-info --doctor [--json] [--nodes N] [--root PREFIX]\n"
+    "       nccl-mesh-info --watch [--json] [--interval S] [--count N] [--prometheus FILE]\n"
+    "                      [--stats-dir DIR] [--root PREFIX]\n"
     "\n"
     "Shows what the nccl-mesh plugin finds on this node: every usable RoCEv2 port (an\n"
     "ACTIVE Ethernet RDMA port with an IPv4 address), the devices NCCL is offered, and how\n"
@@ -69,6 +71,18 @@ const char kUsage[] =
     "                computed (every relayed pair's path, each cable direction's load, the\n"
     "                table digest: equal digests on two nodes = the same table). Run it on\n"
     "                every node at about the same time\n"
+    "  --watch       live traffic of every process on this node that loaded the plugin, refreshed\n"
+    "                every --interval S (1) seconds, in place on a terminal (plain frames\n"
+    "                otherwise): each cable and PCIe function (Gb/s each way, its share of the\n"
+    "                cable, the cable's share of its ceiling), each peer (direct, relayed and via\n"
+    "                whom, forwarded by this node's relay), events, and the NICs' own sysfs\n"
+    "                counters (all traffic; retransmissions, sequence errors, congestion). With\n"
+    "                --json: one snapshot as JSON after one interval. --count N: stop after N\n"
+    "                frames. --stats-dir DIR: where the processes publish (NCCL_MESH_STATS_DIR;\n"
+    "                default /dev/shm/nccl-mesh-<uid>, and every user's for root). --root: sysfs\n"
+    "                prefix. Stale files of killed processes are removed (or ignored)\n"
+    "  --prometheus FILE  write every interval, atomically, the counters in the node_exporter\n"
+    "                textfile-collector format (with --watch: the table too)\n"
     "  --subnets     print this node's line for --ring-order: its name and its mesh ports'\n"
     "                subnets (\"node1 198.18.0.0/24 198.18.1.0/24\"). Exit status 1 when no\n"
     "                port is usable\n"
@@ -153,6 +167,33 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       opt->serve = true;
     } else if (arg == "--once") {
       opt->once = true;
+    } else if (arg == "--watch") {
+      opt->watch = true;
+    } else if (arg == "--interval" || arg == "--count" || arg == "--stats-dir" || arg == "--prometheus") {
+      if (i + 1 >= argc) {
+        *error = arg + " needs a value";
+        return false;
+      }
+      std::string value = argv[++i];
+      char* end = nullptr;
+      if (arg == "--interval") {
+        opt->interval = strtod(value.c_str(), &end);
+        if (*end != '\0' || !(opt->interval >= 0.1 && opt->interval <= 3600)) {
+          *error = "--interval: '" + value + "' is not a number of seconds (0.1..3600)";
+          return false;
+        }
+      } else if (arg == "--count") {
+        long v = strtol(value.c_str(), &end, 10);
+        if (*end != '\0' || v < 1 || v > 1000000) {
+          *error = "--count: '" + value + "' is not a number of frames (1..1000000)";
+          return false;
+        }
+        opt->count = static_cast<int>(v);
+      } else if (arg == "--stats-dir") {
+        opt->statsDir = value;
+      } else {
+        opt->prometheus = value;
+      }
     } else if (arg == "--listen") {
       char* end = nullptr;
       long v = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
@@ -214,6 +255,10 @@ bool parseArgs(int argc, char** argv, Options* opt, std::string* error) {
       *error = "unknown argument '" + arg + "'";
       return false;
     }
+  }
+  if ((opt->count > 0 || opt->interval != 1.0 || !opt->statsDir.empty()) && !opt->watch && opt->prometheus.empty()) {
+    *error = "--interval, --count and --stats-dir go with --watch or --prometheus";
+    return false;
   }
   if (opt->listenS > 0 && !opt->routes) {
     *error = "--listen shows the route table: use it with --routes";
@@ -315,6 +360,7 @@ int main(int argc, char** argv) {
     mesh::Plugin::instance().shutdown();
     return status;
   }
+  if (opt.watch || !opt.prometheus.empty()) return runWatch(opt);
   if (opt.verbose) mesh::setFallbackLevel(NCCL_LOG_INFO);
   int status = report(opt);
   mesh::Plugin::instance().shutdown();

@@ -64,29 +64,6 @@ std::string portsText(const mesh::NetDevice& dev, const mesh::Discovery& d) {
 
 const char* yesNo(bool b) { return b ? "yes" : "no"; }
 
-// Left-aligned columns sized to their widest cell.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  void print() const {
-    std::vector<size_t> width(rows_[0].size(), 0);
-    for (const auto& row : rows_) {
-      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-    }
-    for (const auto& row : rows_) {
-      std::string line = " ";
-      for (size_t c = 0; c < row.size(); ++c) {
-        line += " " + row[c];
-        if (c + 1 < row.size()) line += std::string(width[c] - row[c].size(), ' ');
-      }
-      printf("%s\n", line.c_str());
-    }
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
 
 // --- text output -----------------------------------------------------------------------------
 
