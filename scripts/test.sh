@@ -91,14 +91,14 @@ tier_has_tests() {
   esac
 }
 
-# One sanitizer build: configure + build the unit tests into its own tree, run them.
+# One sanitizer build: configure + build a unit test binary (TARGET) into its own tree, run it.
 sanitized_run() {
-  local name=$1 flags=$2 filter=$3 dir="$REPO/build-$1" rc line
+  local name=$1 flags=$2 filter=$3 target=$4 dir="$REPO/build-$1" rc line
   mkdir -p "$LOG_DIR"
   echo "-- $name: building unit tests with -fsanitize=$flags in ${dir#"$REPO"/}"
   if ! { cmake -S "$REPO" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE="$flags" \
            -DMESH_BUILD_TESTS=ON -DMESH_WERROR=ON &&
-         cmake --build "$dir" -j "$(nproc)" --target mesh_unit_tests; } >"$LOG_DIR/$name-build.log" 2>&1; then
+         cmake --build "$dir" -j "$(nproc)" --target "$target"; } >"$LOG_DIR/$name-build.log" 2>&1; then
     tail -n 30 "$LOG_DIR/$name-build.log"
     fail sanitize "$name build failed (log: $LOG_DIR/$name-build.log)"
   fi
@@ -106,7 +106,7 @@ sanitized_run() {
   set +e
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    "$dir/tests/mesh_unit_tests" --gtest_brief=1 ${filter:+--gtest_filter="$filter"} 2>&1 |
+    "$dir/tests/$target" --gtest_brief=1 ${filter:+--gtest_filter="$filter"} 2>&1 |
     tee "$LOG_DIR/$name.log"
   rc=${PIPESTATUS[0]}
   set -e
@@ -117,8 +117,9 @@ sanitized_run() {
 
 run_sanitize() {
   header "tier: sanitize"
-  sanitized_run asan address,undefined ""
-  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*:FifoLitmus*'
+  sanitized_run asan address,undefined "" mesh_unit_tests
+  # The threaded tests only, in a binary of their own (tests/CMakeLists.txt).
+  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*:FifoLitmus*:StatsDir*' mesh_unit_tests_threaded
 }
 
 # The arm64 tier: cross build into build-arm64/, then ctest -L arm64 there (every aarch64
