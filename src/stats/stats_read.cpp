@@ -270,5 +270,17 @@ Totals deltas(const std::vector<ProcessCounts>& before, const std::vector<Proces
   return t;
 }
 
+void foldDeparted(const std::vector<ProcessCounts>& before, const std::vector<ProcessCounts>& after,
+                  std::vector<ProcessCounts>* departed) {
+  for (const ProcessCounts& b : before) {
+    bool ended = true;
+    for (const ProcessCounts& a : after) ended = ended && !(a.file == b.file && a.pid == b.pid);
+    if (!ended) continue;
+    ProcessCounts gone = b;
+    for (FlowCount& f : gone.flows) f.closed = f.opened;  // its comms are closed now
+    departed->push_back(std::move(gone));
+  }
+}
+
 }  // namespace stats
 }  // namespace mesh

@@ -156,7 +156,12 @@ TEST_F(StatsDir, ConcurrentReadsSeeOnlyWholeGrowingValues) {
     ++reads;
   }
   writer.join();
-  EXPECT_EQ(last, kStep * kAdds);
+  // One more read after the writer is done: the whole count, never less than seen before.
+  ProcessCounts p;
+  std::string why;
+  ASSERT_TRUE(readFile(path, &p, &why)) << why;
+  EXPECT_GE(p.links[0].txBytes, last);
+  EXPECT_EQ(p.links[0].txBytes, kStep * kAdds);
 }
 
 TEST_F(StatsDir, ForeignShortAndOtherVersionFilesAreNamedNotRead) {
@@ -258,6 +263,22 @@ TEST(StatsSums, DeltasNeverGoBackWhenProcessesComeAndGo) {
   // A counter that went back (it cannot, but a file replaced in between could) is 0.
   Totals z = deltas({proc("a", 1, 100, 10)}, {proc("a", 1, 90, 10)});
   EXPECT_EQ(z.links[0].txBytes, 0u);
+}
+
+TEST(StatsSums, AnEndedProcessKeepsItsCountsForAPrometheusReader) {
+  std::vector<ProcessCounts> departed;
+  std::vector<ProcessCounts> s1{proc("a", 1, 100, 10), proc("b", 2, 500, 50)};
+  std::vector<ProcessCounts> s2{proc("a", 1, 160, 30)};  // b ended
+  foldDeparted(s1, s2, &departed);
+  ASSERT_EQ(departed.size(), 1u);
+  EXPECT_EQ(departed[0].file, "b");
+  EXPECT_EQ(departed[0].flows[0].closed, departed[0].flows[0].opened) << "its comms are closed";
+  std::vector<ProcessCounts> all = s2;
+  all.insert(all.end(), departed.begin(), departed.end());
+  Totals t = merge(all);
+  EXPECT_EQ(t.links[0].txBytes, 660u) << "160 from a, 500 that b counted: never less than before (600)";
+  foldDeparted(s2, s2, &departed);
+  EXPECT_EQ(departed.size(), 1u) << "nobody else ended";
 }
 
 }  // namespace

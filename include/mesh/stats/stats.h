@@ -201,5 +201,12 @@ Totals merge(const std::vector<ProcessCounts>& processes);
 // and no delta is ever negative. Divided by the seconds between them: the rates.
 Totals deltas(const std::vector<ProcessCounts>& before, const std::vector<ProcessCounts>& after);
 
+// For a long-running reader (--prometheus): the processes of `before` that are gone from
+// `after` (matched by file name and pid) are added to *departed as last seen, their comms
+// counted closed. merge(after + *departed) then never goes back when a process ends, which
+// a Prometheus counter must not (a drop reads as a reset).
+void foldDeparted(const std::vector<ProcessCounts>& before, const std::vector<ProcessCounts>& after,
+                  std::vector<ProcessCounts>* departed);
+
 }  // namespace stats
 }  // namespace mesh

@@ -430,14 +430,7 @@ int runWatch(const Options& opt) {
     st::Totals total = st::merge(after.procs);
     fill(&view, now, total);
     if (!opt.prometheus.empty()) {
-      for (const st::ProcessCounts& b : before.procs) {
-        bool ended = true;
-        for (const st::ProcessCounts& a : after.procs) ended = ended && !(a.file == b.file && a.pid == b.pid);
-        if (!ended) continue;
-        st::ProcessCounts gone = b;
-        for (st::FlowCount& f : gone.flows) f.closed = f.opened;  // its comms are closed now
-        reader.departed.push_back(gone);
-      }
+      st::foldDeparted(before.procs, after.procs, &reader.departed);
       std::vector<st::ProcessCounts> all = after.procs;
       all.insert(all.end(), reader.departed.begin(), reader.departed.end());
       st::Totals kept = st::merge(all);
