@@ -335,6 +335,9 @@ int main(int argc, char** argv) {
     opt.doctorOpts.json = opt.json;
     return mesh::runDoctor(opt.doctorOpts);
   }
+  // The modes that move no data publish no live counters (no file, no directory created);
+  // --probe and --serve do, as any process of the plugin.
+  if (opt.subnets || (opt.probe.empty() && !opt.serve)) setenv("NCCL_MESH_STATS", "0", 1);
   if (opt.subnets) {
     int status = printSubnets();
     mesh::Plugin::instance().shutdown();
