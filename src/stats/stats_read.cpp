@@ -101,6 +101,11 @@ uint64_t processStartTicks(int64_t pid) {
   return 0;
 }
 
+uint64_t pidNamespace() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
 bool processAlive(int64_t pid, uint64_t startTicks) {
   if (pid <= 0) return false;
   if (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
@@ -154,6 +159,7 @@ bool readFile(const std::string& path, ProcessCounts* out, std::string* why) {
   ProcessCounts p;
   p.pid = h.pid;
   p.startTicks = h.startTicks;
+  p.pidNs = h.pidNs;
   p.host = nameOf(h.host, sizeof(h.host));
   p.process = nameOf(h.process, sizeof(h.process));
   for (int e = 0; e < kEventCount; ++e) p.events[e] = load(&h.events[e]);
@@ -204,6 +210,7 @@ ReadResult readDir(const std::string& dir, bool removeStale, AliveCheck alive) {
   }
   closedir(d);
   std::sort(names.begin(), names.end());
+  const uint64_t myNs = pidNamespace();
   for (const std::string& name : names) {
     std::string path = dir + "/" + name;
     ProcessCounts p;
@@ -213,7 +220,8 @@ ReadResult readDir(const std::string& dir, bool removeStale, AliveCheck alive) {
       r.warnings.push_back(path + ": " + why);
       continue;
     }
-    if (!alive(p.pid, p.startTicks)) {
+    bool foreignNs = p.pidNs != 0 && myNs != 0 && p.pidNs != myNs;
+    if (!foreignNs && !alive(p.pid, p.startTicks)) {
       struct stat st {};
       bool ours = lstat(path.c_str(), &st) == 0 && st.st_uid == geteuid();
       if (removeStale && ours && unlink(path.c_str()) == 0) {

@@ -126,6 +126,7 @@ bool Publisher::open(const std::string& dirIn, std::string* path, std::string* w
   h.fileBytes = sizeof(StatsFile);
   h.pid = getpid();
   h.startTicks = processStartTicks(getpid());
+  h.pidNs = pidNamespace();
   h.startUnixNs = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   h.linkCap = kMaxLinkSlots;

@@ -210,6 +210,17 @@ TEST_F(StatsDir, AKilledProcessFileIsRemovedAndTheRestStillRead) {
   ASSERT_EQ(r.removed.size(), 1u);
   EXPECT_NE(r.removed[0].find("pid " + std::to_string(child) + " is gone"), std::string::npos) << r.removed[0];
   EXPECT_NE(access(stale.c_str(), F_OK), 0);
+  // Written in another PID namespace (a container sharing /dev/shm): its pid means nothing
+  // here, so it is never judged stale, whatever that pid is here.
+  uint64_t otherNs = pidNamespace() + 1;
+  memcpy(&bytes[offsetof(StatsHeader, pidNs)], &otherNs, sizeof(otherNs));
+  std::string foreign = dir_ + "/container." + std::to_string(child) + ".1.stats";
+  spit(foreign, bytes);
+  ReadResult f = readDir(dir_, true);
+  EXPECT_EQ(f.processes.size(), 2u);
+  EXPECT_TRUE(f.removed.empty());
+  EXPECT_EQ(access(foreign.c_str(), F_OK), 0) << "another namespace's file is kept";
+  EXPECT_NE(pidNamespace(), 0u);
   // A live pid that started at another time is a reused pid: stale too.
   EXPECT_TRUE(processAlive(getpid(), processStartTicks(getpid())));
   EXPECT_FALSE(processAlive(getpid(), processStartTicks(getpid()) + 1));

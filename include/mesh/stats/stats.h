@@ -32,7 +32,7 @@ namespace mesh {
 namespace stats {
 
 constexpr uint64_t kMagic = 0x3153544d4853454eull;  // "NESHMTS1" little-endian: a stats file
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr int kMaxLinkSlots = 256;
 constexpr int kMaxFlowSlots = 256;
 constexpr size_t kNameBytes = 32;
@@ -92,6 +92,7 @@ struct alignas(64) StatsHeader {
   int64_t pid;
   uint64_t startTicks;            // /proc/<pid>/stat field 22: tells a reused pid apart
   uint64_t startUnixNs;           // when the plugin loaded
+  uint64_t pidNs;                 // the writer's PID namespace (inode of /proc/self/ns/pid; 0 unknown)
   uint32_t linkCap, flowCap;
   char host[64];
   char process[kNameBytes];       // /proc/self/comm
@@ -160,6 +161,7 @@ struct ProcessCounts {
   std::string file;               // the stats file's name
   int64_t pid = 0;
   uint64_t startTicks = 0;
+  uint64_t pidNs = 0;             // the writer's PID namespace: pid means nothing in another
   std::string host, process;
   uint64_t events[kEventCount] = {};
   std::vector<LinkCount> links;
@@ -178,10 +180,14 @@ using AliveCheck = bool (*)(int64_t pid, uint64_t startTicks);
 bool processAlive(int64_t pid, uint64_t startTicks);
 // /proc/<pid>/stat's start time (clock ticks after boot); 0 when unknown.
 uint64_t processStartTicks(int64_t pid);
+// This process's PID namespace (the inode of /proc/self/ns/pid); 0 when unknown.
+uint64_t pidNamespace();
 
 // Reads one stats file; false with *why (not a stats file, another layout version, short).
 bool readFile(const std::string& path, ProcessCounts* out, std::string* why);
-// Every "*.stats" file in `dir`. Stale files are removed when `removeStale` and ours.
+// Every "*.stats" file in `dir`. Stale files are removed when `removeStale` and ours. A file
+// written in another PID namespace (a container sharing /dev/shm, as `--ipc=host` does) is
+// never judged stale: its pid names another process here; it is read as a live one.
 ReadResult readDir(const std::string& dir, bool removeStale, AliveCheck alive = processAlive);
 // The stats directories a reader looks at: `dir` when given, else the default one and,
 // for root, every /dev/shm/nccl-mesh-* (every user's jobs).
