@@ -14,6 +14,7 @@
 #include <string>
 
 #include "mesh/platform/sysinfo.h"
+#include "mesh/platform/text.h"
 #include "mesh/stats/stats.h"
 
 namespace mesh {
@@ -77,12 +78,7 @@ bool prepareDir(const std::string& dir, std::string* why) {
     return false;
   }
   if ((st.st_mode & 022) != 0) {
-    *why = dir + " is writable by others (mode " + std::to_string(st.st_mode & 0777) + " octal " +
-           [&] {
-             char b[8];
-             snprintf(b, sizeof(b), "%03o", st.st_mode & 0777);
-             return std::string(b);
-           }() +
+    *why = dir + " is writable by others (mode " + strf("%03o", static_cast<unsigned>(st.st_mode & 0777)) +
            "): the counters are not published there";
     return false;
   }
