@@ -133,7 +133,9 @@ ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const C
     MESH_WARN("connect: %s (NCCL_MESH_RELAY=off: pairs without a cable are not relayed)", route.error.c_str());
     return ncclSystemError;
   }
-  auto lookup = [nics, addrs = handle.addrs] { return Plugin::instance().relayCandidates(addrs, nics, 0, {}); };
+  auto lookup = [nics, addrs = handle.addrs](bool mayWait) {
+    return Plugin::instance().relayCandidates(addrs, nics, 0, {}, mayWait);
+  };
   out->relay = std::make_shared<RelayConnector>(hs, nics, handle, lookup, opts, plugin.relayConnectSettings());
   return ncclSuccess;
 }

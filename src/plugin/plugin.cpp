@@ -305,8 +305,8 @@ void Plugin::startRelay() {
   hs.listenAny = false;
   nodeId_ = nodeIdFromPorts(nics);
   RelayLookup lookup = [this, nics](const std::vector<HandleAddress>& peer, NodeId origin,
-                                    const std::vector<NodeId>& exclude) {
-    return relayCandidates(peer, nics, origin, exclude);
+                                    const std::vector<NodeId>& exclude, bool mayWait) {
+    return relayCandidates(peer, nics, origin, exclude, mayWait);
   };
   // Exit handlers run before any library's ELF destructor (ld.so's _dl_fini is the first
   // handler registered, so the last to run): a library the relay pinned shuts down there,
@@ -325,7 +325,10 @@ NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {
 }
 
 std::vector<NextHop> Plugin::relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
-                                             NodeId origin, const std::vector<NodeId>& exclude) {
+                                             NodeId origin, const std::vector<NodeId>& exclude, bool mayWait) {
+  // A path picked while a node is still being heard keeps its detour: wait (the connector
+  // bounds it) until the picture is closed or has stopped changing (RouteService::settled).
+  if (mayWait && routes_ != nullptr && !routes_->settled()) return {};
   auto onNics = [&nics](int port) {
     return std::any_of(nics.begin(), nics.end(), [port](const LocalNic& nic) { return nic.index == port; });
   };
@@ -355,6 +358,7 @@ RelayConnectSettings Plugin::relayConnectSettings() const {
   s.maxHops = config_.relayMaxHops;
   s.timeoutMs = config_.connectTimeoutMs;
   s.self = nodeId_;
+  s.settleMs = std::min(5000, config_.connectTimeoutMs / 2);
   return s;
 }
 

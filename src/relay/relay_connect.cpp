@@ -39,7 +39,9 @@ RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handl
       lookup_(std::move(lookup)),
       opts_(opts),
       settings_(s) {
-  routeDeadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.timeoutMs);
+  auto now = std::chrono::steady_clock::now();
+  routeDeadline_ = now + std::chrono::milliseconds(s.timeoutMs);
+  settleUntil_ = now + std::chrono::milliseconds(std::max(0, std::min(s.settleMs, s.timeoutMs / 2)));
   std::random_device rd;
   request_ = (uint64_t{rd()} << 32) | rd();
 }
@@ -121,7 +123,7 @@ ncclResult_t RelayConnector::stepCandidate() {
   switch (state_) {
     case State::Start: {
       if (candidates_.empty() && tried_.empty()) {
-        candidates_ = lookup_();
+        candidates_ = lookup_(now < settleUntil_);
         if (candidates_.empty()) {
           if (now < routeDeadline_) return ncclSuccess;  // no neighbour heard yet: NCCL calls again
           tried_.push_back("no neighbour announced a route to it within " + std::to_string(settings_.timeoutMs) +
@@ -138,7 +140,7 @@ ncclResult_t RelayConnector::stepCandidate() {
         if (retryAt_ == std::chrono::steady_clock::time_point()) retryAt_ = now + std::chrono::milliseconds(100);
         if (now < retryAt_) return ncclSuccess;
         retryAt_ = std::chrono::steady_clock::time_point();
-        std::vector<NextHop> again = lookup_();
+        std::vector<NextHop> again = lookup_(false);
         if (!again.empty()) candidates_ = again;
         index_ = 0;
         tried_.clear();

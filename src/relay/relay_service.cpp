@@ -223,7 +223,7 @@ bool RelayService::stepSession(Session& s) {
         std::vector<HandleAddress> addrs = s.open.target.addrs;
         NodeId origin = s.open.origin;
         s.onward = std::make_unique<RelayConnector>(
-            hs_.get(), nics_, s.open.target, [lookup, addrs, origin, exclude] { return lookup(addrs, origin, exclude); },
+            hs_.get(), nics_, s.open.target, [lookup, addrs, origin, exclude](bool mayWait) { return lookup(addrs, origin, exclude, mayWait); },
             ConnOptions(), cs);
       } else if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
         return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");

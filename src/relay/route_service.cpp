@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "mesh/platform/ipv4.h"
 #include "mesh/platform/log.h"
@@ -133,7 +134,9 @@ struct RouteService::Core {
         settings(std::move(s)),
         self(id),
         table(id, ports, settings.routes, settings.statics),
-        topology(id, settings.routes.maxHops, settings.routes.holdMs) {}
+        topology(id, settings.routes.maxHops, settings.routes.holdMs) {
+    closure = topology.closure();
+  }
 
   void closeAll(bool unwatch);
   bool tick();
@@ -142,6 +145,7 @@ struct RouteService::Core {
   void handleDatagram(uint32_t src, const uint8_t* data, size_t len, size_t wireLen);
   bool afterChange();
   bool refreshOwnLocked();
+  void noteAgreementLocked();
   void notePlan();
   bool dropped(uint32_t localAddr) const;
   void warnLimited(uint32_t src, const std::string& what);
@@ -162,6 +166,10 @@ struct RouteService::Core {
   RouteTable table;
   TopologyView topology;
   PlanAgreement agreement;  // topology.agreement() as of the last change
+  PlanAgreement closure;    // topology.closure() as of the last change
+  // The plan's digests, whether views agree and whom they name, and whether the picture is closed.
+  std::tuple<uint64_t, uint64_t, bool, NodeId, bool, NodeId> picture;
+  uint64_t pictureSinceMs = 0;  // when pictureKey last changed (nowMs)
   RouteServiceCounters counters;
 
   // Reactor thread only (the stopping thread once the reactor is gone): the sockets, and
@@ -307,6 +315,18 @@ NodeId RouteService::planNextHop(NodeId origin, const std::vector<HandleAddress>
   return plan.nextHop(self_, origin != 0 ? origin : self_, dst);
 }
 
+bool RouteService::settled() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  const Core& c = *core_;
+  if (c.agreement.agree && c.closure.agree) return true;
+  return c.pictureSinceMs != 0 && nowMs() - c.pictureSinceMs >= 2 * static_cast<uint64_t>(c.settings.helloMs);
+}
+
+PlanAgreement RouteService::closure() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->closure;
+}
+
 RoutePlan RouteService::plan() const {
   std::lock_guard<std::mutex> lock(core_->mutex);
   return core_->topology.plan();
@@ -373,8 +393,22 @@ bool RouteService::Core::refreshOwnLocked() {
   std::vector<NodeId> heard;
   for (const NeighbourLink& n : table.neighbours()) heard.push_back(n.node);
   bool changed = topology.setOwn(addrs, heard);
-  agreement = topology.agreement();
+  noteAgreementLocked();
   return changed;
+}
+
+// agreement and closure from the view, and since when the picture has been as it is now.
+// Caller holds `mutex`.
+void RouteService::Core::noteAgreementLocked() {
+  agreement = topology.agreement();
+  closure = topology.closure();
+  const RoutePlan& plan = topology.plan();
+  auto now = std::make_tuple(plan.tableDigest, plan.topologyDigest, agreement.agree, agreement.node, closure.agree,
+                             closure.node);
+  if (now != picture || pictureSinceMs == 0) {
+    picture = now;
+    pictureSinceMs = nowMs();
+  }
 }
 
 bool RouteService::Core::dropped(uint32_t localAddr) const {
@@ -401,7 +435,7 @@ void RouteService::Core::sendHellos() {
     }
     if (overflow != topology.ownOverflow()) {
       topology.setOwnOverflow(overflow);
-      agreement = topology.agreement();
+      noteAgreementLocked();
       mine = topology.advertise(seq);
     }
     for (RelayMessage& m : msgs) m.topology = mine;
@@ -526,11 +560,12 @@ void RouteService::Core::handleDatagram(uint32_t src, const uint8_t* data, size_
 // changing, bridged by the fallback rule, not news).
 void RouteService::Core::notePlan() {
   RoutePlan plan;
-  PlanAgreement now;
+  PlanAgreement now, closed;
   {
     std::lock_guard<std::mutex> lock(mutex);
     plan = topology.plan();
     now = agreement;
+    closed = closure;
   }
   if (plan.tableDigest != loggedPlan && plan.nodes.size() > 1) {
     loggedPlan = plan.tableDigest;
@@ -547,8 +582,9 @@ void RouteService::Core::notePlan() {
     if (plan.nodes.size() > 1 && loggedInUse != plan.tableDigest) {
       loggedInUse = plan.tableDigest;
       MESH_INFO(NCCL_NET, "relay: route plan in use: all %zu nodes agree (topology %s, table %s); relayed "
-                "connects follow it", plan.nodes.size(), hex64(plan.topologyDigest).c_str(),
-                hex64(plan.tableDigest).c_str());
+                "connects follow it%s%s", plan.nodes.size(), hex64(plan.topologyDigest).c_str(),
+                hex64(plan.tableDigest).c_str(), closed.agree ? "" : " once the picture has settled: ",
+                closed.why.c_str());
     }
     return;
   }

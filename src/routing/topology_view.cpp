@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "mesh/platform/ipv4.h"
+
 namespace mesh {
 
 namespace {
@@ -142,6 +144,32 @@ PlanAgreement TopologyView::agreement() const {
     return differ(origin, node(origin) + " advertises topology " + hex64(r.topologyDigest) + " table " +
                               hex64(r.tableDigest) + ", this node has topology " + hex64(plan_.topologyDigest) +
                               " table " + hex64(plan_.tableDigest));
+  }
+  return PlanAgreement{};
+}
+
+PlanAgreement TopologyView::closure() const {
+  auto find = [this](NodeId id) {
+    auto it = std::lower_bound(plan_.nodes.begin(), plan_.nodes.end(), id,
+                               [](const PlanNode& p, NodeId v) { return p.id < v; });
+    return it != plan_.nodes.end() && it->id == id ? &*it : nullptr;
+  };
+  if (ownAddrs_.empty()) return PlanAgreement{false, self_, "this node's own addresses are not known yet"};
+  for (const PlanNode& n : plan_.nodes) {
+    for (const Ipv4Prefix& a : n.addrs) {
+      if (a.prefixLen >= 32) continue;  // no neighbour can share it (no HELLO is sent on it)
+      bool heard = false;
+      for (NodeId nb : n.neighbours) {
+        const PlanNode* other = find(nb);
+        if (other == nullptr) continue;
+        for (const Ipv4Prefix& b : other->addrs) heard = heard || sameSubnet(b.addr, a.addr, a.prefixLen);
+      }
+      if (!heard) {
+        return PlanAgreement{false, n.id,
+                             node(n.id) + "'s address " + formatIpv4(a.addr) + "/" + std::to_string(a.prefixLen) +
+                                 " leads to no node heard (one still starting, or one that runs no plugin process)"};
+      }
+    }
   }
   return PlanAgreement{};
 }

@@ -305,6 +305,57 @@ TEST(RouteService, HellosDroppedOneWayAreADisagreement) {
   pair.reactor.stop();
 }
 
+// The start-up rule (RouteService::settled): a node alone with a cable to a node not yet
+// heard has an open picture, and relayed connects wait while it is open and still new. With
+// HELLOs a minute apart, "two quiet periods" cannot pass during the test.
+TEST(RouteService, AnOpenPictureIsNotSettledWhileItIsNew) {
+  Reactor reactor;
+  ASSERT_EQ(reactor.start(), ncclSuccess);
+  RouteServiceSettings s;
+  s.udpPort = 0;
+  s.helloMs = 60000;
+  s.routes.holdMs = 240000;
+  s.destinations = [](const LocalNic&, const LocalAddress&, int) { return std::vector<sockaddr_in>{}; };
+  RouteService alone(&reactor, {nic(0, "a0", "127.0.1.1", 24)}, s);
+  EXPECT_FALSE(alone.closure().agree);  // before start: not even its own addresses
+  EXPECT_EQ(alone.closure().why, "this node's own addresses are not known yet");
+  ASSERT_EQ(alone.start(), ncclSuccess);
+  // The first HELLO burst (on the reactor, soon after start) records its own addresses.
+  ASSERT_TRUE(waitFor([&] { return alone.closure().why.find("127.0.1.1/24") != std::string::npos; }))
+      << alone.closure().why;
+  EXPECT_TRUE(alone.agreement().agree) << alone.agreement().why;  // nobody to disagree with...
+  PlanAgreement closed = alone.closure();
+  EXPECT_FALSE(closed.agree);  // ...and a cable to nobody heard
+  EXPECT_EQ(closed.node, alone.self());
+  EXPECT_NE(closed.why.find("127.0.1.1/24 leads to no node heard"), std::string::npos) << closed.why;
+  EXPECT_FALSE(alone.settled());
+  alone.stop();
+  // Only a /32 (no neighbour can share it): closed, so settled at once.
+  RouteService host(&reactor, {nic(0, "h0", "127.0.4.1", 32)}, s);
+  ASSERT_EQ(host.start(), ncclSuccess);
+  EXPECT_TRUE(waitFor([&] { return host.settled(); })) << host.closure().why;
+  EXPECT_TRUE(host.closure().agree) << host.closure().why;
+  host.stop();
+  reactor.stop();
+}
+
+// A and B each have a port nobody answers on (a1, b1): their picture agrees but stays open for
+// good, and is settled once it has stopped changing for two HELLO periods.
+TEST(RouteService, AnOpenPictureThatStopsChangingSettles) {
+  Pair pair;
+  pair.start();
+  ASSERT_TRUE(waitFor([&] { return pair.a->agreement().agree && pair.a->plan().nodes.size() == 2; }))
+      << pair.a->agreement().why;
+  PlanAgreement closed = pair.a->closure();
+  EXPECT_FALSE(closed.agree);
+  EXPECT_TRUE(closed.why.find("127.0.2.1/24") != std::string::npos ||
+              closed.why.find("127.0.3.1/24") != std::string::npos) << closed.why;
+  EXPECT_TRUE(waitFor([&] { return pair.a->settled() && pair.b->settled(); }));
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();
+}
+
 TEST(RouteService, NeighbourGoesWhenSilent) {
   Pair pair(1000);
   pair.start();

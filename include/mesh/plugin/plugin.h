@@ -76,9 +76,10 @@ class Plugin {
   NextHopResult relayNextHops(const std::vector<HandleAddress>& peer);
   // relayNextHops() reduced to relayed next hops on `nics`, none of them in `exclude`, in the
   // fallback rule's order, with the route plan's next hop for the pair (origin, peer) first
-  // while views agree (origin 0: this node).
+  // while views agree (origin 0: this node). With `mayWait`, none while the route picture has
+  // not settled (RouteService::settled): the relayed connect asks again.
   std::vector<NextHop> relayCandidates(const std::vector<HandleAddress>& peer, const std::vector<LocalNic>& nics,
-                                       NodeId origin, const std::vector<NodeId>& exclude);
+                                       NodeId origin, const std::vector<NodeId>& exclude, bool mayWait);
   // The route discovery service; nullptr unless NCCL_MESH_RELAY=auto started it.
   const RouteService* routeService() const { return routes_.get(); }
   RelayConnectSettings relayConnectSettings() const;

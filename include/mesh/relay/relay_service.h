@@ -76,12 +76,16 @@ struct RelayConnectSettings {
   NodeId self = 0;
   NodeId origin = 0;            // a relay forwarding an OPEN: the node that asked first
   std::vector<NodeId> visited;  // relays already on the path (loop guard)
+  // How long the connect may wait for the route picture to settle (RouteService::settled)
+  // before it picks a path; capped at half of timeoutMs.
+  int settleMs = 5000;
 };
 
 // The neighbours that may relay to `peer` for the pair (origin, peer), preferred first (the
-// route plan's, then the fallback rule's), leaving out those in `exclude`.
+// route plan's, then the fallback rule's), leaving out those in `exclude`. With `mayWait`,
+// none while the route picture has not settled (RouteService::settled): the caller asks again.
 using RelayLookup = std::function<std::vector<NextHop>(const std::vector<HandleAddress>& peer, NodeId origin,
-                                                       const std::vector<NodeId>& exclude)>;
+                                                       const std::vector<NodeId>& exclude, bool mayWait)>;
 
 class RelayService {
  public:
@@ -143,8 +147,9 @@ class RelayConnector {
  public:
   // `lookup` gives the candidate next hops, preferred first; while it has none (the route
   // service has not heard the neighbours yet: they may start later than we do), it is asked
-  // again on every poll until the connect timeout.
-  using Lookup = std::function<std::vector<NextHop>()>;
+  // again on every poll until the connect timeout. Its argument (`mayWait`) is true for the
+  // first settleMs: it may then answer none while the route picture settles.
+  using Lookup = std::function<std::vector<NextHop>(bool mayWait)>;
   RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup, ConnOptions opts,
                  RelayConnectSettings s);
   ~RelayConnector();
@@ -168,6 +173,7 @@ class RelayConnector {
   Lookup lookup_;
   std::vector<NextHop> candidates_;
   std::chrono::steady_clock::time_point routeDeadline_;
+  std::chrono::steady_clock::time_point settleUntil_;  // lookups may wait for the picture until then
   std::chrono::steady_clock::time_point retryAt_;
   ConnOptions opts_;
   RelayConnectSettings settings_;

@@ -127,6 +127,13 @@ class RouteService {
   NodeId planNextHop(NodeId origin, const std::vector<HandleAddress>& target) const;
   RoutePlan plan() const;
   PlanAgreement agreement() const;
+  PlanAgreement closure() const;  // TopologyView::closure() as of the last change
+  // Whether a relayed connect may pick its path now: views agree and the picture is closed,
+  // or the picture (plan, agreement, closure) has stayed as it is for two HELLO periods (a
+  // cable whose far end runs no plugin process leaves it open for good). A path picked from
+  // a picture without a node still starting detours round it for the connection's life, so
+  // relayed connects wait for this, bounded (RelayConnectSettings::settleMs).
+  bool settled() const;
   std::vector<TopologyRecord> records() const;
   size_t neighbourCount() const;
   std::vector<NeighbourLink> neighbours() const;

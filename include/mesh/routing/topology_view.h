@@ -25,6 +25,11 @@
 // node's, and every adjacency is heard from both ends. A half-heard cable (a HELLO lost one
 // way, a cable just cut and not yet expired) is a disagreement: the plan would be computed
 // without it and the nodes may not have settled.
+//
+// The picture is closed when (closure()) every address of every node in it (a /32 aside)
+// shares its subnet with a node that node hears: no cable ends in a node not yet heard. A
+// picture can agree everywhere and still be open, while a node is starting (its neighbours
+// have not heard it, so nobody lists it), and a path planned then may detour round it.
 #pragma once
 
 #include <cstddef>
@@ -94,6 +99,9 @@ class TopologyView {
   std::vector<TopologyRecord> records() const;
   const RoutePlan& plan() const { return plan_; }
   PlanAgreement agreement() const;
+  // agree = the picture is closed (above); otherwise `node` has an address whose cable
+  // leads to no node heard, and `why` names it.
+  PlanAgreement closure() const;
   NodeId self() const { return self_; }
 
  private:
