@@ -26,7 +26,11 @@ namespace mesh {
 
 namespace {
 // At exit, how long links whose ends are closing get to end cleanly (RelayService::run).
-constexpr std::chrono::milliseconds kExitDrain{250};
+// Longer than a link's receiver-gone grace: on a path of two relays the second relay's link,
+// whose receiver closed, ends only when the first relay's forward closes or its grace has
+// passed, and the first relay's ends only after that (fabric_e2e_patterns_ring8 under CPU
+// load: both relays of 7 -> 4 still held the link when a 250 ms drain ran out).
+constexpr std::chrono::milliseconds kExitDrain{kRelayReceiverGoneGraceMs + 500};
 // While busy, how often the relay thread looks for new RELAY-OPEN connections.
 constexpr std::chrono::microseconds kAcceptEvery{500};
 }  // namespace
@@ -223,7 +227,8 @@ bool RelayService::stepSession(Session& s) {
         std::vector<HandleAddress> addrs = s.open.target.addrs;
         NodeId origin = s.open.origin;
         s.onward = std::make_unique<RelayConnector>(
-            hs_.get(), nics_, s.open.target, [lookup, addrs, origin, exclude](bool mayWait) { return lookup(addrs, origin, exclude, mayWait); },
+            hs_.get(), nics_, s.open.target,
+            [lookup, addrs, origin, exclude](bool mayWait) { return lookup(addrs, origin, exclude, mayWait); },
             ConnOptions(), cs);
       } else if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
         return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");

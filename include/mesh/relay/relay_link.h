@@ -31,6 +31,9 @@
 
 namespace mesh {
 
+// How long a link whose receiver closed keeps its leg up for the sender's last WRs (below).
+constexpr int kRelayReceiverGoneGraceMs = 1000;
+
 struct RelayGeometry {
   uint32_t depth = 8;
   uint32_t chunk = 512u << 10;
@@ -213,7 +216,7 @@ class RelayLink {
   bool draining_ = false;       // A closed: deliver what it sent, then end
   // C closed: the leg stays up (its QPs acknowledging A's last WRs) until A closes or this
   // long has passed.
-  int receiverGoneGraceMs_ = 1000;
+  int receiverGoneGraceMs_ = kRelayReceiverGoneGraceMs;
   bool receiverGone_ = false;
   std::chrono::steady_clock::time_point receiverGoneAt_;
   bool closedCleanly_ = false;
