@@ -103,10 +103,13 @@ bool everyPortHeard(const std::vector<mesh::LocalNic>& nics, const std::vector<m
 void describePlan(const mesh::RouteService& service, RelayView* view) {
   mesh::RoutePlan plan = service.plan();
   mesh::PlanAgreement agreement = service.agreement();
+  mesh::PlanAgreement closure = service.closure();
   view->planState = agreement.agree ? mesh::strf("every node's view agrees: relayed connects follow the plan "
                                                  "(%zu node(s))", plan.nodes.size())
                                     : "views disagree: " + agreement.why +
                                           "; relayed connects use the fallback rule";
+  // An open picture: a node not heard yet, or a cable to a node without the plugin (then for good).
+  if (!closure.agree) view->planState += "; the picture is open: " + closure.why;
   for (const mesh::PlanNode& n : plan.nodes) {
     std::string line = "node " + mesh::hex64(n.id) + (n.id == service.self() ? " (this node)" : "") + ":";
     for (const mesh::Ipv4Prefix& a : n.addrs) line += " " + mesh::formatPrefix(a);
