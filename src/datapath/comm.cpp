@@ -284,6 +284,8 @@ ncclResult_t Comm::postBatch(int q, int count) {
   stats::add(&ls->txBytes, bytes);
   stats::add(&ls->txOps, static_cast<uint64_t>(count));
   qp.batches[qp.batchTail] = static_cast<uint16_t>(count);
+  qp.batchBytes[qp.batchTail] = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
+  qp.bytesInFlight += qp.batchBytes[qp.batchTail];
   qp.batchTail = (qp.batchTail + 1) % kSendQueueDepth;
   return ncclSuccess;
 }
@@ -306,23 +308,19 @@ ncclResult_t Comm::postCtrlWrite(const void* local, uint32_t len, uint64_t remot
 
 int Comm::pickRelayQp(uint64_t rr, int need) const {
   int turn = static_cast<int>(rr % static_cast<uint64_t>(nqps_));
-  int best = -1;
+  int pick = -1;
   for (int i = 0; i < nqps_; ++i) {
     int q = (turn + i) % nqps_;
     if (qps_[q].credits < need) continue;
-    if (best < 0 || qps_[q].inFlight() < qps_[best].inFlight()) best = q;
+    if (pick < 0 || qps_[q].bytesInFlight < qps_[pick].bytesInFlight) pick = q;
   }
-  // The turn's QP while it is no more than kRelayQpSlack batches busier than the least busy:
-  // equal links share equally (QP 0's control writes make it a batch busier now and then).
-  if (best >= 0 && qps_[turn].credits >= need && qps_[turn].inFlight() <= qps_[best].inFlight() + kRelayQpSlack) {
-    return turn;
-  }
-  return best;
+  return pick;
 }
 
 void Comm::returnCredits(int q) {
   Qp& qp = qps_[q];
   qp.credits += qp.batches[qp.batchHead];
+  qp.bytesInFlight -= qp.batchBytes[qp.batchHead];
   qp.batchHead = (qp.batchHead + 1) % kSendQueueDepth;
 }
 
