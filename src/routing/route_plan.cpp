@@ -370,6 +370,11 @@ const PlannedPath* RoutePlan::find(NodeId src, NodeId dst) const {
   return it != paths.end() && it->src == src && it->dst == dst ? &*it : nullptr;
 }
 
+const PlanNode* RoutePlan::node(NodeId id) const {
+  auto it = std::lower_bound(nodes.begin(), nodes.end(), id, [](const PlanNode& p, NodeId v) { return p.id < v; });
+  return it != nodes.end() && it->id == id ? &*it : nullptr;
+}
+
 NodeId RoutePlan::nodeOf(uint32_t addr) const {
   for (const PlanNode& n : nodes) {
     for (const Ipv4Prefix& a : n.addrs) {

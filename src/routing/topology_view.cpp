@@ -127,9 +127,8 @@ PlanAgreement TopologyView::agreement() const {
   // What is wrong with the picture first: it says more than the digests it causes.
   for (const PlanNode& n : plan_.nodes) {
     for (NodeId nb : n.neighbours) {
-      auto other = std::lower_bound(plan_.nodes.begin(), plan_.nodes.end(), nb,
-                                    [](const PlanNode& p, NodeId id) { return p.id < id; });
-      if (other == plan_.nodes.end() || other->id != nb) {
+      const PlanNode* other = plan_.node(nb);
+      if (other == nullptr) {
         return differ(nb, node(n.id) + " hears " + node(nb) + ", whose HELLOs have not reached this node");
       }
       if (!std::binary_search(other->neighbours.begin(), other->neighbours.end(), n.id)) {
@@ -149,18 +148,13 @@ PlanAgreement TopologyView::agreement() const {
 }
 
 PlanAgreement TopologyView::closure() const {
-  auto find = [this](NodeId id) {
-    auto it = std::lower_bound(plan_.nodes.begin(), plan_.nodes.end(), id,
-                               [](const PlanNode& p, NodeId v) { return p.id < v; });
-    return it != plan_.nodes.end() && it->id == id ? &*it : nullptr;
-  };
   if (ownAddrs_.empty()) return PlanAgreement{false, self_, "this node's own addresses are not known yet"};
   for (const PlanNode& n : plan_.nodes) {
     for (const Ipv4Prefix& a : n.addrs) {
       if (a.prefixLen >= 32) continue;  // no neighbour can share it (no HELLO is sent on it)
       bool heard = false;
       for (NodeId nb : n.neighbours) {
-        const PlanNode* other = find(nb);
+        const PlanNode* other = plan_.node(nb);
         if (other == nullptr) continue;
         for (const Ipv4Prefix& b : other->addrs) heard = heard || sameSubnet(b.addr, a.addr, a.prefixLen);
       }

@@ -109,6 +109,8 @@ struct RoutePlan {
 
   // The path planned for (src, dst); nullptr for cabled, unreachable or unknown pairs.
   const PlannedPath* find(NodeId src, NodeId dst) const;
+  // The node with id `id`; nullptr when the plan has none.
+  const PlanNode* node(NodeId id) const;
   // The node that holds `addr` as one of its mesh addresses; 0 when none does.
   NodeId nodeOf(uint32_t addr) const;
   // Where node `self` sends the relayed pair (src, dst): the node after it on the pair's
