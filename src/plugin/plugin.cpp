@@ -358,7 +358,6 @@ RelayConnectSettings Plugin::relayConnectSettings() const {
   s.maxHops = config_.relayMaxHops;
   s.timeoutMs = config_.connectTimeoutMs;
   s.self = nodeId_;
-  s.settleMs = std::min(5000, config_.connectTimeoutMs / 2);
   return s;
 }
 

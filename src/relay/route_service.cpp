@@ -169,7 +169,7 @@ struct RouteService::Core {
   PlanAgreement closure;    // topology.closure() as of the last change
   // The plan's digests, whether views agree and whom they name, and whether the picture is closed.
   std::tuple<uint64_t, uint64_t, bool, NodeId, bool, NodeId> picture;
-  uint64_t pictureSinceMs = 0;  // when pictureKey last changed (nowMs)
+  uint64_t pictureSinceMs = 0;  // when `picture` last changed (nowMs)
   RouteServiceCounters counters;
 
   // Reactor thread only (the stopping thread once the reactor is gone): the sockets, and
