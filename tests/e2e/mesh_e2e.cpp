@@ -174,9 +174,10 @@ int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& share
     ctx.verbose = verbose;
     ctx.net.load(plugin, ctx.api, ctx.trafficClass, verbose);
     describeDevice(ctx);
-    // As NCCL's bootstrap orders it: every rank has loaded the plugin before any rank
-    // connects (a rank still starting is not yet heard on the mesh, and a relayed path
-    // picked without it detours round it).
+    // As NCCL orders it (src/init.cc, initTransportsRank: the bootstrapAllGather of every
+    // rank's peer info comes before any transport connects): every rank has loaded the
+    // plugin before any rank connects (a rank still starting is not yet heard on the mesh,
+    // and a relayed path picked without it detours round it).
     if (ctx.nodes > 1) {
       setPhase("waiting for every rank to load the plugin");
       ctx.barrier("plugin-loaded");
