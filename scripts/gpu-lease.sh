@@ -55,6 +55,20 @@ if [ "$MPS" -eq 1 ]; then
     if nvidia-cuda-mps-control -d; then
       echo "MPS: started (pipes in $CUDA_MPS_PIPE_DIRECTORY)" >>"$OUT/machine.txt"
       trap 'echo quit | nvidia-cuda-mps-control' EXIT
+      # Two processes at once must get the GPU through it; if not, the scenarios run without.
+      probe='import torch; x = torch.ones(1 << 20, device="cuda"); torch.cuda.synchronize(); print(int(x.sum().item()))'
+      (timeout 60 python3 -c "$probe" >/tmp/mps-probe.1 2>&1) &
+      timeout 60 python3 -c "$probe" >/tmp/mps-probe.2 2>&1
+      wait
+      p1=$(tail -1 /tmp/mps-probe.1) p2=$(tail -1 /tmp/mps-probe.2)
+      if [ "$p1" = 1048576 ] && [ "$p2" = 1048576 ]; then
+        echo "MPS: a CUDA process runs through it" >>"$OUT/machine.txt"
+      else
+        echo "MPS: a CUDA process failed through it ($p1 / $p2); running without" >>"$OUT/machine.txt"
+        echo quit | nvidia-cuda-mps-control
+        trap - EXIT
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+      fi
     else
       echo "MPS: nvidia-cuda-mps-control -d failed; running without" >>"$OUT/machine.txt"
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY

@@ -35,6 +35,9 @@
 #                   of algorithms (ring, tree, PAT), runtime connect off (every pair at init,
 #                   NCCL's ring first): every collective, every result checked
 #   line4-relay     a 4-node line with the relay (NCCL's ring wrap 3 -> 0: two relays)
+#   ring4-spark-relay
+#                   ring4-relay on DGX Spark cables (two functions per end, fabric-net
+#                   --functions 2): what a 4-node Spark ring runs
 #   pair-spark-plugin, pair-spark-ib
 #                   2 nodes, one DGX Spark cable (two functions per end, fabric-net
 #                   --functions 2): the plugin, then NCCL IB with NCCL_IB_HCA naming both
@@ -47,10 +50,12 @@
 #                   commit as replay fixtures (tests/replay/fixtures)
 #
 #   scripts/nccl-e2e.sh [--build DIR] [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
-#                       [--plugin PATH] [--dropin DIR] [--rehearse] [--no-trace]
+#                       [--plugin PATH] [--dropin DIR] [--rehearse] [--no-trace] [--untraced S1,S2]
 #                       [--deadline SECS] [--cap SECS] [--iter-bytes SIZE] [--fail-grace SECS]
 #
 # --only runs the named scenarios in the order given (a GPU lease runs the most wanted first).
+# A scenario named again runs again as NAME.2, NAME.3 ... (its own log, JSON rows and ratio
+# table: pair-plugin.2 / pair-ib.2), so alternating runs show the run-to-run spread.
 # --deadline SECS: the whole run's budget. A scenario gets at most what is left of it (less a
 # reserve for the tables), and one that cannot get --cap's minimum of 30 s is not run: it is
 # listed as NOT RUN and the exit status is 4 (when nothing failed). --cap SECS: no scenario
@@ -65,7 +70,9 @@
 # The plugin records every ncclNet call real NCCL makes (NCCL_MESH_TRACE) into
 # DIR/traces/<scenario>/, one file per rank: tests/replay/README.md says how to commit them as
 # fixtures that replay in CI. --no-trace turns that off (NCCL_MESH_TRACE_MAX, 64M by default,
-# caps each file).
+# caps each file); --untraced S1,S2 turns it off for the scenarios named: the recorder costs
+# the plugin a few microseconds per call until its cap, which NCCL IB does not pay, so the
+# ratio scenarios (pair-plugin, pair-spark-plugin) are measured without it.
 #
 # --rehearse: no GPU and no NCCL. The same scenarios, namespaces, collectives and checks
 # with PyTorch's gloo backend on the CPU (any PyTorch, e.g. Debian's python3-torch; set
@@ -87,6 +94,7 @@ ONLY=""
 QUICK=0
 REHEARSE=0
 TRACE=1
+UNTRACED=""
 PYTHON=${PYTHON:-python3}
 MAX_BYTES=256M
 DEADLINE=0
@@ -95,7 +103,7 @@ ITER_BYTES=1G
 FAIL_GRACE=30
 RELAY_BENCH_BYTES=${RELAY_BENCH_BYTES:-1G}
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-refcount tri-channels ring4-ring ring4-default ring4-ib
-               ring4-relay line4-relay pair-spark-plugin pair-spark-ib relay-bench fix-pair fix-tri fix-ring4-relay)
+               ring4-relay ring4-spark-relay line4-relay pair-spark-plugin pair-spark-ib relay-bench fix-pair fix-tri fix-ring4-relay)
 
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -107,6 +115,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --rehearse) REHEARSE=1 ;;
     --no-trace) TRACE=0 ;;
+    --untraced) UNTRACED=$2; shift ;;
     --max-bytes) MAX_BYTES=$2; shift ;;
     --plugin) PLUGIN=$2; shift ;;
     --dropin) DROPIN=$2; shift ;;
@@ -163,7 +172,7 @@ check_prereqs() {
 #   EXPECT: pass (every rank exits 0, results exact) | record (the outcome is recorded,
 #   whatever it is: stock NCCL on a mesh NCCL cannot route)
 run_scenario() {
-  local name=$1 nodes=$2 topo=$3 timeout=$4 expect=$5
+  local name=$1${RUN_SUFFIX:-} nodes=$2 topo=$3 timeout=$4 expect=$5
   shift 5
   local envs=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
@@ -178,7 +187,7 @@ run_scenario() {
   local log=$OUT_DIR/$name.log json=$OUT_DIR/$name.jsonl
   rm -f "$log" "$json"
   # The plugin's call recorder: one trace per rank (scenarios without the plugin leave none).
-  if [ "$TRACE" -eq 1 ]; then
+  if [ "$TRACE" -eq 1 ] && ! case ",$UNTRACED," in *",${name%.[0-9]*},"*) true ;; *) false ;; esac; then
     rm -rf "$OUT_DIR/traces/$name"
     mkdir -p "$OUT_DIR/traces/$name"
     envs+=(--env "NCCL_MESH_TRACE=$OUT_DIR/traces/$name/$name")
@@ -291,6 +300,8 @@ run_named() {
       --colls all_reduce --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90 ;;
     ring4-relay) run_scenario ring4-relay 4 ring 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto --env NCCL_RUNTIME_CONNECT=0 -- \
       --colls "$colls_all" "${sizes[@]}" ;;
+    ring4-spark-relay) run_scenario ring4-spark-relay 4 ring+fn2 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
+      --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
     line4-relay) run_scenario line4-relay 4 line 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto -- \
       --colls "$colls_all" "${sizes[@]}" ;;
     pair-spark-plugin) run_scenario pair-spark-plugin 2 full+fn2 900 pass "${mesh[@]}" -- \
@@ -324,9 +335,14 @@ main() {
   # NCCL_GIN_TYPE=2 (the proxy GIN): with the default (-1) NCCL 2.28.9 calls through a -1
   # pointer when its GDAKI GIN finds no device (ncclNetPluginInit; libnccl.so.2+0x139a56 in
   # ncclNetInit, seen on the GPU machine), which is what the fabric's devices are to it.
+  # NCCL_NET_MERGE_LEVEL=LOC: the fake sysfs is no PCI tree, so NCCL hangs every device off
+  # the first CPU and then fuses a node's devices into one virtual NIC that the GPU has no
+  # path to ("Could not find any local path from gpu 0 to net", 2.28.9, seen with two devices
+  # per node). Unfused matches a DGX Spark: its two functions of a port sit under different
+  # PCI root complexes, which NCCL's default merge level (PORT) never fuses.
   ib=(--env "LD_LIBRARY_PATH=$DROPIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
       --env NCCL_NET_PLUGIN=none --env NCCL_NET=IB --env NCCL_E2E_IB_HCA=auto --env NCCL_IB_GID_INDEX=1
-      --env NCCL_GIN_TYPE=2)
+      --env NCCL_GIN_TYPE=2 --env NCCL_NET_MERGE_LEVEL=LOC)
   sizes=(--min-bytes 8 --max-bytes "$max" --factor 4)
   # The fixtures: every collective, few sizes, one iteration, so the trace stays small.
   tiny=(--colls "$colls_all" --min-bytes 8 --max-bytes 1M --factor 16 --warmup 0 --min-iters 1 --max-iters 1)
@@ -336,7 +352,11 @@ main() {
       case " ${ALL_SCENARIOS[*]} " in *" $name "*) ;; *) say "unknown scenario '$name' (known: ${ALL_SCENARIOS[*]})"; exit 64 ;; esac
     done
   fi
+  local -A runs=()
   for name in "${order[@]}"; do
+    runs[$name]=$((${runs[$name]:-0} + 1))
+    RUN_SUFFIX=""
+    [ "${runs[$name]}" -gt 1 ] && RUN_SUFFIX=".${runs[$name]}"
     run_named "$name"
   done
 

@@ -54,15 +54,21 @@ def scan_log(path):
     return per_rank, other
 
 
+def base_name(scenario):
+    """A scenario run again is NAME.2, NAME.3 ...: its checks are NAME's."""
+    return re.sub(r"\.\d+$", "", scenario)
+
+
 def expected_net(scenario):
-    return "IB" if scenario.endswith("-ib") else "Mesh"
+    return "IB" if base_name(scenario).endswith("-ib") else "Mesh"
 
 
 def check(args):
     rows = read_rows(args.json)
     per_rank, other = scan_log(args.log)
     problems, facts = [], []
-    want = expected_net(args.scenario)
+    scenario = base_name(args.scenario)
+    want = expected_net(scenario)
     nets = collections.Counter()
     channels = collections.defaultdict(set)
     for r, lines in per_rank.items():
@@ -104,11 +110,11 @@ def check(args):
             problems.append("channels via other networks: " + ", ".join(f"NET/{k} {v}" for k, v in stray.items()))
         if want == "Mesh" and mesh_info == 0:
             problems.append("no NET/Mesh lines: the plugin never logged")
-        if "channels" in args.scenario and any(len(c) < 8 for c in channels.values()):
+        if "channels" in scenario and any(len(c) < 8 for c in channels.values()):
             problems.append("fewer than 8 channels over the plugin with NCCL_MIN_NCHANNELS=8")
-        if args.scenario.endswith("-reload") and (unloads < 1 or loads < 2):
+        if scenario.endswith("-reload") and (unloads < 1 or loads < 2):
             problems.append(f"expected an unload and a second load (loaded {loads}x, unloaded {unloads}x)")
-        if "second communicator" not in joined and args.scenario.endswith(("-reload", "-preload", "-refcount")):
+        if "second communicator" not in joined and scenario.endswith(("-reload", "-preload", "-refcount")):
             problems.append("the second communicator never reported")
     verdict = "OK" if not problems else "FAILED"
     if args.expect == "record":
@@ -153,8 +159,12 @@ def tables(args):
                 r = by[c].get(s)
                 cells.append(f"{r['busbw']:>14.3f}" if r else f"{'-':>14}")
             print(f"{fmt_size(s):>8} " + " ".join(cells))
-    for mesh, ib in (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"), ("tri-plugin", "tri-ib"),
-                     ("ring4-ring", "ring4-ib")):
+    pairs = (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"), ("tri-plugin", "tri-ib"),
+             ("ring4-ring", "ring4-ib"))
+    # A scenario run again (NAME.2 ...) is compared with the other side's run of the same number.
+    suffixes = sorted({name[len(base_name(name)):] for name in data}, key=lambda x: (len(x), x))
+    for (mesh, ib), suffix in ((p, x) for p in pairs for x in suffixes):
+        mesh, ib = mesh + suffix, ib + suffix
         if mesh not in data or ib not in data:
             continue
         a = {(r["coll"], r["bytes"]): r for r in data[mesh]}

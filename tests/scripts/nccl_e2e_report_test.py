@@ -102,6 +102,14 @@ class Check(unittest.TestCase):
         code, text = self.run_check("tri-channels", lines, [row()])
         self.assertEqual(code, 0, text)
 
+    def test_a_second_run_is_checked_as_its_scenario(self):
+        code, text = self.run_check("pair-ib.2", MESH_LINES, [row()])
+        self.assertEqual(code, 1)
+        self.assertIn("no channel went via NET/IB", text)
+        ib_lines = [l.replace("NET/Mesh/0", "NET/IB/0") for l in MESH_LINES[1:]]
+        code, text = self.run_check("pair-ib.2", ib_lines, [row()])
+        self.assertEqual(code, 0, text)
+
     def test_record_scenarios_keep_the_first_errors(self):
         lines = ["[0] h NCCL WARN NET/Mesh : connect: no local RoCEv2 port shares a subnet with the peer"]
         code, text = self.run_check("ring4-default", lines, [], rc=1, expect="record")
@@ -122,6 +130,17 @@ class Tables(unittest.TestCase):
         self.assertIn("busbw ratio pair-plugin / pair-ib", out)
         ratio_lines = [l for l in out.splitlines() if l.strip().startswith(("8 ", "1M "))]
         self.assertTrue(any(l.split()[-1] == "0.90" for l in ratio_lines), out)
+
+    def test_second_runs_are_compared_with_each_other(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name, bw in (("pair-plugin", 9.0), ("pair-ib", 10.0), ("pair-plugin.2", 8.0), ("pair-ib.2", 16.0)):
+                with open(os.path.join(d, name + ".jsonl"), "w") as f:
+                    f.write(json.dumps(row(nbytes=1 << 20, busbw=bw)) + "\n")
+            out = subprocess.run([sys.executable, REPORT, "tables", "--dir", d], capture_output=True,
+                                 text=True, check=True).stdout
+        first, second = out.split("busbw ratio pair-plugin / pair-ib ")[1], out.split("busbw ratio pair-plugin.2 / pair-ib.2")[1]
+        self.assertEqual(first.split("1M")[1].split()[0], "0.90", out)
+        self.assertEqual(second.split("1M")[1].split()[0], "0.50", out)
 
 
 if __name__ == "__main__":
