@@ -258,10 +258,10 @@ ncclResult_t Comm::connectQp(int q, const HsQp& r) {
 
 // --- completions and errors --------------------------------------------------------------
 
-ncclResult_t Comm::postBatch(int q, int count) {
+ncclResult_t Comm::postBatch(int q, int count, bool signal) {
   if (count == 0) return ncclSuccess;
   for (int i = 0; i < count; ++i) wrs_[i].next = i + 1 < count ? &wrs_[i + 1] : nullptr;
-  wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
+  if (signal) wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;
   Qp& qp = qps_[q];
   // What the WRs point at (staged FIFO entries, the sizes array, NCCL's send buffers) was
   // written with plain stores: make them visible before the post can be. Providers add a
@@ -283,14 +283,23 @@ ncclResult_t Comm::postBatch(int q, int count) {
   stats::LinkSlot* ls = linkStats_[qp.link];
   stats::add(&ls->txBytes, bytes);
   stats::add(&ls->txOps, static_cast<uint64_t>(count));
-  qp.batches[qp.batchTail] = static_cast<uint16_t>(count);
-  qp.batchBytes[qp.batchTail] = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
-  qp.bytesInFlight += qp.batchBytes[qp.batchTail];
+  uint32_t batchBytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
+  qp.bytesInFlight += batchBytes;
+  if (!signal) {
+    qp.unsignaled += count;
+    qp.unsignaledBytes += batchBytes;
+    return ncclSuccess;
+  }
+  qp.batches[qp.batchTail] = static_cast<uint16_t>(count + qp.unsignaled);
+  qp.batchBytes[qp.batchTail] = batchBytes + qp.unsignaledBytes;
+  qp.unsignaled = 0;
+  qp.unsignaledBytes = 0;
   qp.batchTail = (qp.batchTail + 1) % kSendQueueDepth;
   return ncclSuccess;
 }
 
-ncclResult_t Comm::postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index) {
+ncclResult_t Comm::postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index,
+                                  bool signal) {
   ibv_send_wr& wr = wrs_[0];
   ibv_sge& sge = sges_[0];
   sge.addr = reinterpret_cast<uintptr_t>(local);
@@ -303,7 +312,7 @@ ncclResult_t Comm::postCtrlWrite(const void* local, uint32_t len, uint64_t remot
   wr.wr.rdma.remote_addr = links_[0].remoteCtrl + remoteOffset;
   wr.wr.rdma.rkey = links_[0].remoteRkey;
   wr.wr_id = encodeWrId(WrId{WrKind::Ctrl, 0, index, 0});
-  return postBatch(0, 1);
+  return postBatch(0, 1, signal);
 }
 
 int Comm::pickRelayQp(uint64_t rr, int need) const {

@@ -108,8 +108,12 @@ ncclResult_t RecvComm::postSlots(int n, void** data, const size_t* sizes, const 
     s.relayRing = 0;  // a direct receiver
     s.seqTail = seqMark;
   }
+  // As NCCL 2.28.9 net_ib.cc ncclIbPostFifo: one FIFO write in kFifoSignalEvery is signaled,
+  // enough to keep the send queue draining; the others cost the NIC no completion and the
+  // proxy no poll.
+  bool signal = qps_[0].unsignaled + 1 >= kFifoSignalEvery;
   return postCtrlWrite(stage, static_cast<uint32_t>(n * sizeof(FifoSlot)),
-                       static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]), static_cast<uint16_t>(slot));
+                       static_cast<uint64_t>(slot) * sizeof(SendCtrl::fifo[0]), static_cast<uint16_t>(slot), signal);
 }
 
 // As NCCL 2.28.9 net_ib.cc ncclIbIflush: one READ of the last non-empty buffer per device

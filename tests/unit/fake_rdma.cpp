@@ -216,6 +216,8 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     copy.wrId = w->wr_id;
     copy.opcode = w->opcode;
     copy.signaled = (w->send_flags & IBV_SEND_SIGNALED) != 0;
+    ++f.posted_[q->qp.qp_num];
+    if (copy.signaled) ++f.signaledPosted_[q->qp.qp_num];
     copy.immData = w->imm_data;
     copy.remoteAddr = w->wr.rdma.remote_addr;
     copy.rkey = w->wr.rdma.rkey;

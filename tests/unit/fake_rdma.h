@@ -82,6 +82,15 @@ class FakeRdma {
     auto it = written_.find(qpn);
     return it == written_.end() ? 0 : it->second;
   }
+  // Send WRs posted on QP `qpn` so far, and how many of them were signaled.
+  uint64_t sendsPosted(uint32_t qpn) const {
+    auto it = posted_.find(qpn);
+    return it == posted_.end() ? 0 : it->second;
+  }
+  uint64_t signaledPosted(uint32_t qpn) const {
+    auto it = signaledPosted_.find(qpn);
+    return it == signaledPosted_.end() ? 0 : it->second;
+  }
   size_t liveQps() const;
   size_t liveCqs() const;
   size_t liveMrs() const;
@@ -139,6 +148,7 @@ class FakeRdma {
   std::map<uint32_t, std::unique_ptr<Mr>> mrs_;   // by lkey
   std::map<std::string, int> reads_;
   std::map<uint32_t, uint64_t> written_;
+  std::map<uint32_t, uint64_t> posted_, signaledPosted_;
   std::vector<std::string> events_;
   uint32_t nextQpn_ = 0x100;
   uint32_t nextKey_ = 0x10;

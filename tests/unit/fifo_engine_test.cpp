@@ -245,6 +245,65 @@ TEST_F(FifoEngine, TwoHundredFiftySixOutstandingThenNullThenAllComplete) {
   EXPECT_TRUE(warnings_.lines().empty()) << warnings_.lines().front();
 }
 
+// NCCL 2.28.9 net_ib.cc ncclIbPostFifo: the receiver signals only some of its FIFO slot
+// writes (one in 32 per device there, one in kFifoSignalEvery here); the unsignaled ones'
+// send-queue slots come back with the next signaled completion. Receives one at a time and
+// 32 at once (the FIFO full, round after round) never find the queue full, and only one
+// write in kFifoSignalEvery costs a completion.
+TEST_F(FifoEngine, TheReceiverSignalsOneFifoWriteInSixteenAndNeverRunsOutOfSlots) {
+  FifoPair p(fake_);
+  auto count = [&](uint64_t* posted, uint64_t* signaled) {
+    *posted = *signaled = 0;
+    for (uint32_t q : fake_.qpnsOn("b0")) {
+      *posted += fake_.sendsPosted(q);
+      *signaled += fake_.signaledPosted(q);
+    }
+  };
+  for (int i = 0; i < 160; ++i) {
+    std::vector<Buffer*> bufs;
+    Request* r = postRecv(p, {0}, 64, &bufs);
+    ASSERT_NE(r, nullptr) << "receive " << i;
+    fake_.run();
+    Request* s = nullptr;
+    ASSERT_EQ(isend(p, 64, 0, i, &s), ncclSuccess) << warnings_.last();
+    ASSERT_NE(s, nullptr) << "send " << i;
+    size_t got[kGroupMax] = {};
+    ASSERT_TRUE(p.waitDone(s));
+    ASSERT_TRUE(p.waitDone(r, got)) << "receive " << i;
+    EXPECT_EQ(got[0], 64u);
+    EXPECT_TRUE(matchesPattern(bufs[0]->data(), 64, i)) << i;
+  }
+  uint64_t posted = 0, signaled = 0;
+  count(&posted, &signaled);
+  EXPECT_EQ(posted, 160u);
+  EXPECT_EQ(signaled, 160u / kFifoSignalEvery);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Request*> recvs;
+    std::vector<Buffer*> bufs;
+    for (int g = 0; g < kFifoDepth; ++g) {
+      recvs.push_back(postRecv(p, {g}, 64, &bufs));
+      ASSERT_NE(recvs.back(), nullptr) << "round " << round << ", receive " << g;
+    }
+    fake_.run();
+    std::vector<Request*> sends;
+    for (int g = 0; g < kFifoDepth; ++g) {
+      Request* s = nullptr;
+      ASSERT_EQ(isend(p, 64, g, round * kFifoDepth + g, &s), ncclSuccess) << warnings_.last();
+      ASSERT_NE(s, nullptr) << "round " << round << ", send " << g;
+      sends.push_back(s);
+    }
+    for (Request* s : sends) ASSERT_TRUE(p.waitDone(s));
+    for (int g = 0; g < kFifoDepth; ++g) {
+      ASSERT_TRUE(p.waitDone(recvs[g])) << "round " << round << ", receive " << g;
+      EXPECT_TRUE(matchesPattern(bufs[g]->data(), 64, round * kFifoDepth + g));
+    }
+  }
+  count(&posted, &signaled);
+  EXPECT_EQ(posted, 160u + 20u * kFifoDepth);
+  EXPECT_EQ(signaled, posted / kFifoSignalEvery);
+  EXPECT_TRUE(warnings_.lines().empty()) << warnings_.lines().front();
+}
+
 // The slot of round k+1 reuses the memory of round k: the old contents (seq of round k)
 // must not be taken for the new slot, nor a slot whose first half has landed and whose
 // last word (seqTail) has not.

@@ -85,6 +85,11 @@ static_assert(kRequestPool <= (1 << kWrIdIndexBits), "requests fit the wr_id ind
 static_assert(kFifoDepth <= (1 << kWrIdIndexBits), "FIFO slots fit the wr_id index field");
 static_assert(kRecvQueueDepth >= kFifoDepth, "a RECV per QP for every grouped receive in flight");
 static_assert(kCtrlQueueDepth >= kFifoDepth, "a slot write for every grouped receive in flight");
+// The receiver signals one FIFO slot write in this many (NCCL's IB transport: one in 32 per
+// device); the unsignaled ones between hold at most this many of QP 0's slots.
+constexpr int kFifoSignalEvery = 16;
+static_assert(kFifoSignalEvery <= kCtrlQueueDepth - kFifoDepth,
+              "unsignaled FIFO writes never hold the slots a grouped receive in flight needs");
 static_assert(kFlushQueueDepth >= kRequestPool, "flush READs cannot run out before requests do");
 static_assert(kSendQueueDepth > kMaxBatch, "a batch always fits an empty send queue");
 
@@ -284,6 +289,10 @@ class Comm : public PreparedConn {
     int batchHead = 0, batchTail = 0;
     uint32_t batchBytes[kSendQueueDepth] = {};  // bytes of those batches
     uint64_t bytesInFlight = 0;                  // their sum (pickRelayQp)
+    // Unsignaled WRs posted since the last signaled batch: their slots come back with the
+    // next signaled batch's completion (RC completes a QP's WRs in order).
+    int unsignaled = 0;
+    uint32_t unsignaledBytes = 0;
   };
 
   Request* allocRequest(Request::Kind kind);
@@ -294,10 +303,14 @@ class Comm : public PreparedConn {
   // unreachable peer never posts another FIFO slot nor completes a transfer). `doing`
   // names the call for the message.
   ncclResult_t checkPeer(const char* doing);
-  ncclResult_t postBatch(int q, int count);
-  // One signaled WRITE on QP 0 of `len` bytes of our control region at `local` into the
-  // peer's control region at `remoteOffset` (FIFO slots, a relay's released count).
-  ncclResult_t postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index);
+  // Posts wrs_[0..count) on QP q; the last one signaled unless `signal` is false (then the
+  // batch's send-queue slots return with the next signaled batch of that QP).
+  ncclResult_t postBatch(int q, int count, bool signal = true);
+  // One WRITE on QP 0 of `len` bytes of our control region at `local` into the peer's
+  // control region at `remoteOffset` (FIFO slots, a relay's released count); signaled
+  // unless `signal` is false.
+  ncclResult_t postCtrlWrite(const void* local, uint32_t len, uint64_t remoteOffset, uint16_t index,
+                             bool signal = true);
   // A signaled batch on QP q completed: its WRs' send-queue slots are free again.
   void returnCredits(int q);
   // The QP for the next relayed piece (a ticket, or a piece a relay forwards) with `need`
