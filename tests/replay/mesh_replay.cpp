@@ -2,7 +2,8 @@
 // mesh_replay: replays the NCCL_MESH_TRACE files of one job against the plugin on the
 // userspace fabric (tests/replay/README.md).
 //   mesh_replay run   [options] TRACE|DIR...  the whole job: scripts/fabric-net cables the
-//                                             recorded mesh and runs `node` on every node
+//                                             recorded mesh (functions per cable end included)
+//                                             and runs `node` on every node
 //   mesh_replay node  [options] TRACE|DIR...  in a fabric node: replays its processes
 //   mesh_replay check TRACE|DIR...            parses and places the traces, replays nothing
 // Exit status: 0 every call as recorded; 1 a divergence (each printed as a DIVERGENCE line
@@ -94,7 +95,8 @@ std::string absolute(const std::string& p) {
   return realpath(p.c_str(), buf) != nullptr ? buf : p;
 }
 
-// `run`: scripts/fabric-net cables the recorded mesh and starts `node` on every node.
+// `run`: scripts/fabric-net cables the recorded mesh, with as many PCIe functions per cable end
+// as the recording had (the plugin then finds the same ports), and starts `node` on every node.
 int runJob(const Args& a, const Plan& plan) {
   if (a.fabricNet.empty() || a.dropin.empty()) {
     fprintf(stderr, "mesh_replay run: --fabric-net and --dropin are required\n");
@@ -113,6 +115,10 @@ int runJob(const Args& a, const Plan& plan) {
                                   plan.topology,
                                   "--links",
                                   std::to_string(plan.links),
+                                  "--functions",
+                                  std::to_string(plan.functions),
+                                  "--fn-subnets",
+                                  plan.fnSubnets,
                                   "--timeout",
                                   std::to_string(static_cast<int>(a.opts.deadline) + 30),
                                   "--",

@@ -52,32 +52,145 @@ bool expand(const std::vector<std::string>& paths, std::vector<std::string>* out
   return true;
 }
 
-// 198.18.L.(n+1)/P -> link L, node n.
-bool labAddress(const std::string& a, int* link, int* node) {
+// 198.18.S.H/P -> subnet S, host H.
+bool labAddress(const std::string& a, int* subnet, int* host) {
   unsigned b0, b1, b2, b3, prefix;
   char tail;
   if (sscanf(a.c_str(), "%u.%u.%u.%u/%u%c", &b0, &b1, &b2, &b3, &prefix, &tail) != 5) return false;
   if (b0 != 198 || b1 != 18 || b2 > 255 || b3 < 1 || b3 > 255) return false;
-  *link = static_cast<int>(b2);
-  *node = static_cast<int>(b3) - 1;
+  *subnet = static_cast<int>(b2);
+  *host = static_cast<int>(b3);
   return true;
 }
 
-bool nodeOf(const TraceFile& f, int* node, std::string* error) {
+// scripts/fabric-net's second PCIe function of a cable end (--functions 2): node n of cable L
+// is 198.18.L.(n+1); its second function is 198.18.L.(kSecond+n+1) with --fn-subnets shared,
+// 198.18.(kSecond+L).(n+1) with split (SPLIT_SUBNET_BASE). No plan has a node 127 or more
+// (fabric-net cables 16, vmesh 6), so a host number above kSecond is never a first function.
+constexpr int kSecond = 128;
+
+// One address read with the plan: which cable, the node at this end, and which function.
+struct LabPort {
+  int link = 0;  // 198.18.L.0/24, as vmesh numbers the cables
+  int node = 0;
+  int fn = 0;  // 0, or 1 for the end's second PCIe function
+};
+
+std::string subnetName(int subnet) { return "198.18." + std::to_string(subnet) + ".0/24"; }
+std::string hostName(int subnet, int host) { return "198.18." + std::to_string(subnet) + "." + std::to_string(host); }
+
+using HostSet = std::set<std::pair<int, int>>;  // (subnet, host) of one file's addresses
+
+bool readAddresses(const std::vector<TraceFile>& files, std::vector<HostSet>* raw, std::string* error) {
+  raw->assign(files.size(), {});
+  for (size_t i = 0; i < files.size(); ++i) {
+    for (const std::string& a : files[i].trace.header.addrs) {
+      int subnet = 0, host = 0;
+      if (!labAddress(a, &subnet, &host)) {
+        *error = files[i].name + ": address " + a +
+                 " is not on the lab's plan (198.18.L.(node+1)); such traces cannot be "
+                 "placed on the fabric yet";
+        return false;
+      }
+      (*raw)[i].insert({subnet, host});
+    }
+  }
+  return true;
+}
+
+// fabric-net takes one --fn-subnets for the job. Split when every address in a subnet from
+// kSecond up has its node's first function kSecond below it (a job of more than kSecond
+// cables with one function each has addresses there that do not).
+bool splitSubnets(const std::vector<HostSet>& raw) {
+  bool high = false;
+  for (const HostSet& addrs : raw) {
+    for (const auto& [subnet, host] : addrs) {
+      if (subnet < kSecond) continue;
+      if (addrs.count({subnet - kSecond, host}) == 0) return false;
+      high = true;
+    }
+  }
+  return high;
+}
+
+// One file's addresses as ports; *shared is set when a second function is in its cable's /24.
+bool portsOf(const TraceFile& f, const HostSet& addrs, bool split, std::vector<LabPort>* out, bool* shared,
+             std::string* error) {
+  for (const auto& [subnet, host] : addrs) {
+    LabPort p{subnet, host - 1, 0};
+    if (split && subnet >= kSecond) {
+      p = LabPort{subnet - kSecond, host - 1, 1};
+    } else if (host > kSecond) {
+      if (addrs.count({subnet, host - kSecond}) == 0) {
+        *error = f.name + ": address " + hostName(subnet, host) +
+                 " is a second PCIe function (fabric-net --functions 2 numbers node n's 198.18.L.(128+n+1)), "
+                 "but the trace has no first function " +
+                 hostName(subnet, host - kSecond) + " beside it in " + subnetName(subnet);
+        return false;
+      }
+      p = LabPort{subnet, host - kSecond - 1, 1};
+      *shared = true;
+    }
+    out->push_back(p);
+  }
+  return true;
+}
+
+// fabric-net --functions gives every cable end the same number of functions: each end is
+// compared with the first. Sets plan->functions.
+bool sameFunctions(const std::vector<TraceFile>& files, const std::vector<std::vector<LabPort>>& ports, Plan* plan,
+                   std::string* error) {
+  std::string first;
+  int firstCount = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::map<int, std::set<int>> fns;  // link -> this file's functions on it
+    for (const LabPort& p : ports[i]) fns[p.link].insert(p.fn);
+    for (const auto& [link, set] : fns) {
+      int n = static_cast<int>(set.size());
+      std::string end = files[i].name + ": " + std::to_string(n) + " on " + subnetName(link);
+      if (first.empty()) {
+        first = end;
+        firstCount = n;
+      } else if (n != firstCount) {
+        *error = "cable ends with different numbers of PCIe functions (" + first + "; " + end +
+                 "): fabric-net --functions gives every end the same";
+        return false;
+      }
+    }
+  }
+  plan->functions = std::max(firstCount, 1);
+  return true;
+}
+
+// Every file's addresses as ports (ports[file]), and the functions per cable end.
+bool readPorts(const std::vector<TraceFile>& files, std::vector<std::vector<LabPort>>* ports, Plan* plan,
+               std::string* error) {
+  std::vector<HostSet> raw;
+  if (!readAddresses(files, &raw, error)) return false;
+  bool split = splitSubnets(raw), shared = false;
+  ports->assign(files.size(), {});
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!portsOf(files[i], raw[i], split, &(*ports)[i], &shared, error)) return false;
+  }
+  if (split && shared) {
+    *error =
+        "the traces number second PCIe functions both in their cable's /24 (host 128+n+1) and in a /24 of "
+        "their own (198.18.(128+L).0/24); fabric-net --fn-subnets takes one";
+    return false;
+  }
+  plan->fnSubnets = split ? "split" : "shared";
+  return sameFunctions(files, *ports, plan, error);
+}
+
+bool nodeOf(const TraceFile& f, const std::vector<LabPort>& ports, int* node, std::string* error) {
   *node = -1;
-  for (const std::string& a : f.trace.header.addrs) {
-    int link = 0, n = 0;
-    if (!labAddress(a, &link, &n)) {
-      *error = f.name + ": address " + a +
-               " is not on the lab's plan (198.18.L.(node+1)); such traces cannot be "
-               "placed on the fabric yet";
+  for (const LabPort& p : ports) {
+    if (*node >= 0 && p.node != *node) {
+      *error =
+          f.name + ": its addresses name two nodes (" + std::to_string(*node) + " and " + std::to_string(p.node) + ")";
       return false;
     }
-    if (*node >= 0 && n != *node) {
-      *error = f.name + ": its addresses name two nodes (" + std::to_string(*node) + " and " + std::to_string(n) + ")";
-      return false;
-    }
-    *node = n;
+    *node = p.node;
   }
   if (*node < 0) *error = f.name + ": no mesh address recorded (the plugin saw no RDMA port)";
   return *node >= 0;
@@ -95,20 +208,17 @@ std::set<std::pair<int, int>> pairsOf(const std::string& topology, int nodes) {
   return p;
 }
 
-bool cabling(const Plan& plan, const std::map<size_t, int>& nodeOfFile, Plan* out, std::string* error) {
+bool cabling(const std::vector<std::vector<LabPort>>& ports, const std::map<size_t, int>& nodeOfFile, Plan* out,
+             std::string* error) {
   // link index -> the nodes whose traces have an address on it
   std::map<int, std::set<int>> linkNodes;
   for (const auto& [file, node] : nodeOfFile) {
-    for (const std::string& a : plan.files[file].trace.header.addrs) {
-      int link = 0, n = 0;
-      labAddress(a, &link, &n);
-      linkNodes[link].insert(node);
-    }
+    for (const LabPort& p : ports[file]) linkNodes[p.link].insert(node);
   }
   std::map<std::pair<int, int>, int> count;
   for (const auto& [link, nodes] : linkNodes) {
     if (nodes.size() != 2) {
-      *error = "link 198.18." + std::to_string(link) + ".0/24 has " + std::to_string(nodes.size()) +
+      *error = "link " + subnetName(link) + " has " + std::to_string(nodes.size()) +
                " traced node(s), expected 2 (was a node of the job not traced?)";
       return false;
     }
@@ -153,11 +263,13 @@ bool loadTraces(const std::vector<std::string>& paths, std::vector<TraceFile>* o
 bool makePlan(std::vector<TraceFile> files, Plan* out, std::string* error) {
   Plan plan;
   plan.files = std::move(files);
+  std::vector<std::vector<LabPort>> ports;
+  if (!readPorts(plan.files, &ports, &plan, error)) return false;
   std::map<size_t, int> nodeOfFile;
   std::map<std::pair<std::string, long>, ProcessPlan> byProcess;
   for (size_t i = 0; i < plan.files.size(); ++i) {
     int node = 0;
-    if (!nodeOf(plan.files[i], &node, error)) return false;
+    if (!nodeOf(plan.files[i], ports[i], &node, error)) return false;
     nodeOfFile[i] = node;
     const mesh::trace::Header& h = plan.files[i].trace.header;
     ProcessPlan& p = byProcess[{h.host, h.pid}];
@@ -182,14 +294,18 @@ bool makePlan(std::vector<TraceFile> files, Plan* out, std::string* error) {
   std::sort(plan.processes.begin(), plan.processes.end(), [](const ProcessPlan& a, const ProcessPlan& b) {
     return a.node != b.node ? a.node < b.node : a.pid < b.pid;
   });
-  if (!cabling(plan, nodeOfFile, &plan, error)) return false;
+  if (!cabling(ports, nodeOfFile, &plan, error)) return false;
   *out = std::move(plan);
   return true;
 }
 
 std::string describePlan(const Plan& plan) {
-  std::string s = std::to_string(plan.nodes) + " nodes, " + plan.topology + ", " + std::to_string(plan.links) +
-                  " link(s) per pair:";
+  std::string s =
+      std::to_string(plan.nodes) + " nodes, " + plan.topology + ", " + std::to_string(plan.links) + " link(s) per pair";
+  if (plan.functions > 1) {
+    s += ", " + std::to_string(plan.functions) + " functions per cable end (" + plan.fnSubnets + " subnets)";
+  }
+  s += ":";
   for (const ProcessPlan& p : plan.processes) {
     s += " " + p.label + " (";
     for (size_t i = 0; i < p.files.size(); ++i) s += (i ? ", " : "") + plan.files[p.files[i]].name;
