@@ -41,6 +41,9 @@
 #   pair-spark-plugin, pair-spark-ib
 #                   2 nodes, one DGX Spark cable (two functions per end, fabric-net
 #                   --functions 2): the plugin, then NCCL IB with NCCL_IB_HCA naming both
+#   pair-spark-nosplit
+#                   pair-spark-plugin with NCCL_MESH_SPLIT_MIN=1G: every message whole on one
+#                   function, as NCCL IB sends on two unfused devices (the p2p gap, docs)
 #   relay-bench     no NCCL: tests/e2e's relay-bench on the 4-ring (rank 0 -> 1 direct, 0 -> 2
 #                   relayed, 0 -> 1 with 1 -> 2 at once), 1 GiB per stream, best of 3; on a
 #                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
@@ -103,7 +106,7 @@ ITER_BYTES=1G
 FAIL_GRACE=30
 RELAY_BENCH_BYTES=${RELAY_BENCH_BYTES:-1G}
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-refcount tri-channels ring4-ring ring4-default ring4-ib
-               ring4-relay ring4-spark-relay line4-relay pair-spark-plugin pair-spark-ib relay-bench fix-pair fix-tri fix-ring4-relay)
+               ring4-relay ring4-spark-relay line4-relay pair-spark-plugin pair-spark-ib pair-spark-nosplit relay-bench fix-pair fix-tri fix-ring4-relay)
 
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -307,6 +310,8 @@ run_named() {
     pair-spark-plugin) run_scenario pair-spark-plugin 2 full+fn2 900 pass "${mesh[@]}" -- \
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
     pair-spark-ib) run_scenario pair-spark-ib 2 full+fn2 900 pass "${ib[@]}" -- \
+      --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
+    pair-spark-nosplit) run_scenario pair-spark-nosplit 2 full+fn2 900 pass "${mesh[@]}" --env NCCL_MESH_SPLIT_MIN=1G -- \
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
     relay-bench) run_relay_bench ;;  # no NCCL and no GPU: the same under --rehearse
     fix-pair) run_scenario fix-pair 2 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;

@@ -159,7 +159,8 @@ def tables(args):
                 r = by[c].get(s)
                 cells.append(f"{r['busbw']:>14.3f}" if r else f"{'-':>14}")
             print(f"{fmt_size(s):>8} " + " ".join(cells))
-    pairs = (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"), ("tri-plugin", "tri-ib"),
+    pairs = (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"),
+             ("pair-spark-nosplit", "pair-spark-ib"), ("tri-plugin", "tri-ib"),
              ("ring4-ring", "ring4-ib"))
     # A scenario run again (NAME.2 ...) is compared with the other side's run of the same number.
     suffixes = sorted({name[len(base_name(name)):] for name in data}, key=lambda x: (len(x), x))
