@@ -220,6 +220,26 @@ std::string diffResources(const RdmaResources& before, const RdmaResources& afte
   return out;
 }
 
+std::string fabricSentBytes() {
+  if (fabricDir() == nullptr) return "";
+  std::vector<std::pair<std::string, long>> sent;
+  meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
+    for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
+      for (int c = 0; c < meshfab::kCounterCount; ++c) {
+        if (std::string(meshfab::counterName(c)) != "sent_bytes") continue;
+        long v = static_cast<long>(f.dev[i].counters[c].load());
+        auto it = std::find_if(sent.begin(), sent.end(), [&](const auto& e) { return e.first == f.dev[i].name; });
+        if (it == sent.end()) sent.emplace_back(f.dev[i].name, v);
+        else it->second += v;
+      }
+    }
+  });
+  std::sort(sent.begin(), sent.end());
+  std::string out;
+  for (const auto& e : sent) out += format("%s%s=%.1fM", out.empty() ? "" : " ", e.first.c_str(), e.second / 1e6);
+  return out;
+}
+
 long readPortCounter(const std::string& dev, int port, const std::string& name) {
   if (fabricDir() != nullptr) {  // summed over this node's processes, as a port counter is
     long v = -1;

@@ -38,6 +38,10 @@ std::string diffResources(const RdmaResources& before, const RdmaResources& afte
 bool runCapture(const std::vector<std::string>& args, std::string* out, std::string* error);
 
 long readPortCounter(const std::string& dev, int port, const std::string& name);
+// "fab_p1=12.3M fab_p1f1=12.1M ..." : the bytes each of this node's fabric devices has sent
+// (port 1, summed over the node's processes); "" off the fabric. For benchmark lines that
+// must show how a cable's functions shared the traffic.
+std::string fabricSentBytes();
 // One line per RDMA device with its port 1 retransmission counters, e.g.
 // "rxe_p1: duplicate_request=64 completer_retry_err=3 ..." (counters the provider lacks are
 // left out). For failure reports: retransmissions on a lab that should have none are the

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "coll_pipeline.h"
+#include "probes.h"
 #include "scenarios.h"
 
 namespace e2e {
@@ -278,6 +279,8 @@ std::string runCollBench(Context& ctx) {
     out += format(" bound_busbw_MBps=%.1f fraction=%.3f (%s; cable ceiling %.1f MB/s)", bound / 1e6, busbw / bound,
                   how.c_str(), ceiling / 1e6);
   }
+  std::string sent = fabricSentBytes();
+  if (!sent.empty()) out += " sent: " + sent;  // how the node's cables and functions shared it
   return out;
 }
 
