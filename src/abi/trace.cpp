@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -76,15 +77,27 @@ class Recorder {
     rec.result = static_cast<int>(r);
     return rec;
   }
+  // NCCL 2.28 calls setNetAttr before every try of a connect that is not done yet: thousands
+  // of identical records per relayed connect. A setNetAttr is held back; the identical ones
+  // (same thread, context, version and result) that follow it with no other record between
+  // are counted on it (again=N), and it is written before the next other record, at a flush
+  // or at the end.
   void emit(Record& rec) {
     if (tThreadId == 0) tThreadId = ++threads_;
-    rec.seq = ++seq_;
     rec.thread = tThreadId;
+    if (rec.call == Call::SetNetAttr && held_ && held_->thread == rec.thread && held_->ctx == rec.ctx &&
+        held_->api == rec.api && held_->result == rec.result) {
+      ++held_->repeats;
+      return;
+    }
+    writeHeld();
+    rec.seq = ++seq_;
     rec.tUs = (nowNs() - t0_) / 1000;
-    char line[kMaxLine];
-    size_t len = encodeRecord(rec, line, sizeof(line));
-    if (len == 0) return;  // cannot happen within kMaxLine; never a partial line
-    appendRecord(line, len);
+    if (rec.call == Call::SetNetAttr) {
+      held_ = rec;
+      return;
+    }
+    write(rec);
   }
 
   // --- ids -------------------------------------------------------------------------------
@@ -158,6 +171,7 @@ class Recorder {
   }
 
   void flush() {
+    writeHeld();
     if (fd_ < 0 || buf_.empty()) return;
     size_t done = 0;
     while (done < buf_.size()) {
@@ -182,6 +196,18 @@ class Recorder {
   }
 
  private:
+  void write(const Record& rec) {
+    char line[kMaxLine];
+    size_t len = encodeRecord(rec, line, sizeof(line));
+    if (len == 0) return;  // cannot happen within kMaxLine; never a partial line
+    appendRecord(line, len);
+  }
+  void writeHeld() {
+    if (!held_) return;
+    Record rec = std::move(*held_);
+    held_.reset();
+    if (fd_ >= 0) write(rec);
+  }
   void append(const std::string& s) { buf_ += s; }
   void appendRecord(const char* line, size_t len) {
     static const char kEnd[] = "end cap\n";
@@ -203,6 +229,7 @@ class Recorder {
   std::string path_;
   size_t cap_;
   std::string buf_;
+  std::optional<Record> held_;  // a setNetAttr not written yet (emit)
   size_t written_ = 0;
   uint64_t t0_ = 0;
   uint64_t seq_ = 0;

@@ -78,7 +78,7 @@ const CallKeys kCallKeys[] = {
     {"v l r", ""},                                      // close-listen
     {"v comm m r", "m"},                                // getdevicemr
     {"v c n req r", "req"},                             // irecvconsumed
-    {"v ctx? r", ""},                                   // setnetattr
+    {"v ctx? r again?", ""},                            // setnetattr
 };
 static_assert(sizeof(kCallKeys) / sizeof(kCallKeys[0]) == kCalls, "keys for every call");
 
@@ -89,7 +89,7 @@ Field fieldOf(const std::string& key, const std::string& obj) {
       {"s", Field::Comm},       {"c", Field::Comm},           {"l", Field::Comm},      {"comm", Field::Comm},
       {"m", Field::Mh},         {"off", Field::Off},          {"size", Field::Size},   {"tag", Field::Tag},
       {"type", Field::Type},    {"dmabuf", Field::Dmabuf},    {"done", Field::Done},   {"sizes", Field::Sizes},
-      {"nulls", Field::Repeats}, {"polls", Field::Repeats},   {"ndev", Field::Ndev},   {"maxrecvs", Field::MaxRecvs},
+      {"nulls", Field::Repeats}, {"polls", Field::Repeats}, {"again", Field::Repeats},   {"ndev", Field::Ndev},   {"maxrecvs", Field::MaxRecvs},
       {"ptr", Field::Ptr},      {"speed", Field::Speed},      {"name", Field::Name},   {"req", Field::Obj},
   };
   return key == obj ? Field::Obj : kFields.at(key);

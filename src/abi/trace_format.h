@@ -50,7 +50,8 @@ bool callFromName(const std::string& name, Call* out);
 //   iflush      v comm(c=) n m off size r obj(req=)
 //   test        v req r done [sizes] polls
 //   close-send/close-recv/close-listen  v comm r
-//   getdevicemr v comm m r;  irecvconsumed v comm n req r;  setnetattr v ctx r
+//   getdevicemr v comm m r;  irecvconsumed v comm n req r
+//   setnetattr  v [ctx] r again         again: identical calls (thread, ctx, r) right after it
 // A call that returned success and a NULL object (connect, accept, isend, irecv: "not yet")
 // is recorded once, at the first such return; the retries that follow are counted, and the
 // record of the call that finally returned an object carries that count (nulls=). A test()
@@ -78,7 +79,7 @@ struct Record {
   int done = 0;
   int nsizes = 0;         // test: sizes reported when done
   int64_t sizes[kMaxBuffers] = {};
-  uint64_t repeats = 0;   // nulls= (connect/accept/isend/irecv) or polls= (test)
+  uint64_t repeats = 0;   // nulls= (connect/accept/isend/irecv), polls= (test) or again= (setnetattr)
   int ndev = 0;           // devices
   int maxRecvs = 0, ptrSupport = 0, speed = 0;  // props
   std::string name;       // props

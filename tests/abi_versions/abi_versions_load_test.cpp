@@ -9,6 +9,7 @@
 // net_api.h (which the e2e driver uses too); version-specific ones call the raw tables.
 // On a machine without RDMA ports the plugin reports 0 devices; tests that need a device
 // skip there (the lab runs them).
+#include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -582,6 +584,52 @@ TYPED_TEST(ContextTables, SetNetAttrIsAccepted) {
   EXPECT_EQ(this->net_->setNetAttr(nullptr, &attr), ncclInvalidArgument);
   EXPECT_EQ(this->net_->finalize(ctx), ncclSuccess);
   EXPECT_EQ(this->net_->setNetAttr(ctx, &attr), ncclInvalidArgument) << "after finalize";
+}
+
+// NCCL 2.28 calls setNetAttr before every try of a connect that is not done yet, thousands of
+// times per relayed connect: the recorder (NCCL_MESH_TRACE) writes a run of identical calls
+// (same thread, context and result) as one record with again=N; another result starts a new
+// record. The unload writes the file.
+TYPED_TEST(ContextTables, TheRecorderWritesARunOfIdenticalSetNetAttrAsOneRecord) {
+  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string prefix = std::string(dir) + "/t";
+  setenv("NCCL_MESH_TRACE", prefix.c_str(), 1);
+  void* ctx = this->initContext(0x1, nullptr);
+  unsetenv("NCCL_MESH_TRACE");
+  ncclNetAttr_v11_t attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.algo = static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(this->net_->setNetAttr(ctx, &attr), ncclSuccess);
+  EXPECT_EQ(this->net_->setNetAttr(ctx, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(this->net_->setNetAttr(ctx, &attr), ncclSuccess);
+  EXPECT_EQ(this->net_->finalize(ctx), ncclSuccess);
+  ASSERT_TRUE(this->closeLibrary());
+  std::vector<std::string> calls;
+  DIR* d = opendir(dir);
+  ASSERT_NE(d, nullptr);
+  int files = 0;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name[0] == '.') continue;
+    std::string path = std::string(dir) + "/" + name;
+    ++files;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      size_t at = line.find(" setnetattr ");
+      if (at != std::string::npos) calls.push_back(line.substr(at + 1));
+    }
+    unlink(path.c_str());
+  }
+  closedir(d);
+  rmdir(dir);
+  EXPECT_EQ(files, 1);
+  ASSERT_EQ(calls.size(), 3u) << ::testing::PrintToString(calls);
+  EXPECT_NE(calls[0].find(" r=0 again=4"), std::string::npos) << calls[0];
+  EXPECT_NE(calls[1].find(" r=4"), std::string::npos) << calls[1];
+  EXPECT_EQ(calls[1].find("again="), std::string::npos) << calls[1];
+  EXPECT_NE(calls[2].find(" r=0"), std::string::npos) << calls[2];
+  EXPECT_EQ(calls[2].find("again="), std::string::npos) << calls[2];
 }
 
 // Communicators NCCL never finalized (an aborted job) are freed by the library's unload;

@@ -610,6 +610,12 @@ void Session::doMisc(const Record& r) {
     memset(&attr, 0, sizeof(attr));
     const auto* t11 = static_cast<const ncclNet_v11_t*>(ctxApi->table());
     const auto* t12 = static_cast<const ncclNet_v12_t*>(ctxApi->table());
+    // again=N: the recorder counted N more identical calls on this record.
+    for (uint64_t i = 0; i < r.repeats; ++i) {
+      ncclResult_t res =
+          api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
+      if (res != static_cast<ncclResult_t>(r.result)) return expectResult(r, res);
+    }
     ncclResult_t res =
         api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
     return expectResult(r, res);

@@ -93,6 +93,20 @@ TEST(TraceFormat, ConnectAndAcceptRoundTripWithRetryCounts) {
   EXPECT_EQ(back.repeats, 0u);
 }
 
+TEST(TraceFormat, SetNetAttrCarriesItsRunOfIdenticalCalls) {
+  Record r = sample(Call::SetNetAttr);
+  r.ctx = 3;
+  r.repeats = 2960;
+  Record back = roundTrip(r);
+  EXPECT_EQ(back.ctx, 3u);
+  EXPECT_EQ(back.repeats, 2960u);
+  r.repeats = 0;
+  char line[512];
+  size_t len = encodeRecord(r, line, sizeof(line));
+  EXPECT_EQ(std::string(line, len).find("again="), std::string::npos) << "no again= for a single call";
+  EXPECT_EQ(roundTrip(r).repeats, 0u);
+}
+
 TEST(TraceFormat, GroupedReceiveKeepsEveryBuffer) {
   Record r = sample(Call::Irecv);
   r.comm = 9;
