@@ -89,8 +89,9 @@ Field fieldOf(const std::string& key, const std::string& obj) {
       {"s", Field::Comm},       {"c", Field::Comm},           {"l", Field::Comm},      {"comm", Field::Comm},
       {"m", Field::Mh},         {"off", Field::Off},          {"size", Field::Size},   {"tag", Field::Tag},
       {"type", Field::Type},    {"dmabuf", Field::Dmabuf},    {"done", Field::Done},   {"sizes", Field::Sizes},
-      {"nulls", Field::Repeats}, {"polls", Field::Repeats}, {"again", Field::Repeats},   {"ndev", Field::Ndev},   {"maxrecvs", Field::MaxRecvs},
+      {"nulls", Field::Repeats}, {"polls", Field::Repeats},   {"ndev", Field::Ndev},   {"maxrecvs", Field::MaxRecvs},
       {"ptr", Field::Ptr},      {"speed", Field::Speed},      {"name", Field::Name},   {"req", Field::Obj},
+      {"again", Field::Repeats},
   };
   return key == obj ? Field::Obj : kFields.at(key);
 }

@@ -220,38 +220,38 @@ std::string diffResources(const RdmaResources& before, const RdmaResources& afte
   return out;
 }
 
-std::string fabricSentBytes() {
-  if (fabricDir() == nullptr) return "";
-  std::vector<std::pair<std::string, long>> sent;
+namespace {
+
+// Counter `name` of every fabric device of this node, summed over the node's processes (as a
+// port counter is): device name -> value. Empty off the fabric.
+std::map<std::string, long> fabricCounter(const std::string& name) {
+  std::map<std::string, long> out;
+  if (fabricDir() == nullptr) return out;
   meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
     for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
       for (int c = 0; c < meshfab::kCounterCount; ++c) {
-        if (std::string(meshfab::counterName(c)) != "sent_bytes") continue;
-        long v = static_cast<long>(f.dev[i].counters[c].load());
-        auto it = std::find_if(sent.begin(), sent.end(), [&](const auto& e) { return e.first == f.dev[i].name; });
-        if (it == sent.end()) sent.emplace_back(f.dev[i].name, v);
-        else it->second += v;
+        if (name == meshfab::counterName(c)) out[f.dev[i].name] += static_cast<long>(f.dev[i].counters[c].load());
       }
     }
   });
-  std::sort(sent.begin(), sent.end());
+  return out;
+}
+
+}  // namespace
+
+std::string fabricSentBytes() {
   std::string out;
-  for (const auto& e : sent) out += format("%s%s=%.1fM", out.empty() ? "" : " ", e.first.c_str(), e.second / 1e6);
+  for (const auto& [dev, v] : fabricCounter("sent_bytes")) {
+    out += format("%s%s=%.1fM", out.empty() ? "" : " ", dev.c_str(), v / 1e6);
+  }
   return out;
 }
 
 long readPortCounter(const std::string& dev, int port, const std::string& name) {
-  if (fabricDir() != nullptr) {  // summed over this node's processes, as a port counter is
-    long v = -1;
-    meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
-      for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
-        if (dev != f.dev[i].name || port != 1) continue;
-        for (int c = 0; c < meshfab::kCounterCount; ++c) {
-          if (name == meshfab::counterName(c)) v = (v < 0 ? 0 : v) + static_cast<long>(f.dev[i].counters[c].load());
-        }
-      }
-    });
-    return v;
+  if (fabricDir() != nullptr) {  // the fabric's devices have one port
+    std::map<std::string, long> v = fabricCounter(name);
+    auto it = v.find(dev);
+    return port == 1 && it != v.end() ? it->second : -1;
   }
   std::string path = format("/sys/class/infiniband/%s/ports/%d/hw_counters/%s", dev.c_str(),
                             port, name.c_str());

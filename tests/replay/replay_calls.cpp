@@ -610,14 +610,13 @@ void Session::doMisc(const Record& r) {
     memset(&attr, 0, sizeof(attr));
     const auto* t11 = static_cast<const ncclNet_v11_t*>(ctxApi->table());
     const auto* t12 = static_cast<const ncclNet_v12_t*>(ctxApi->table());
-    // again=N: the recorder counted N more identical calls on this record.
-    for (uint64_t i = 0; i < r.repeats; ++i) {
-      ncclResult_t res =
-          api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
-      if (res != static_cast<ncclResult_t>(r.result)) return expectResult(r, res);
+    // again=N: the recorder counted N more identical calls on this record; the first call
+    // whose result differs from the recorded one is the divergence.
+    ncclResult_t res = ncclSuccess;
+    for (uint64_t i = 0; i <= r.repeats; ++i) {
+      res = api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
+      if (res != static_cast<ncclResult_t>(r.result)) break;
     }
-    ncclResult_t res =
-        api_ == 11 ? t11->setNetAttr(ctxApi->context(), &attr) : t12->setNetAttr(ctxApi->context(), &attr);
     return expectResult(r, res);
   }
   note(r, "not replayed");
