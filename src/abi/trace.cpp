@@ -77,8 +77,10 @@ class Recorder {
     rec.result = static_cast<int>(r);
     return rec;
   }
-  // NCCL 2.28 calls setNetAttr before every try of a connect that is not done yet: thousands
-  // of identical records per relayed connect. A setNetAttr is held back; the identical ones
+  // NCCL 2.28.9 calls setNetAttr before every try of a connect that is not done yet
+  // (src/transport/net.cc, sendProxyConnect and recvProxyConnect: setNetAttrs first, and the
+  // proxy calls them again until the connect is done): thousands of identical records per
+  // relayed connect. A setNetAttr is held back; the identical ones
   // (same thread, context, version and result) that follow it with no other record between
   // are counted on it (again=N), and it is written before the next other record, at a flush
   // or at the end.
