@@ -82,6 +82,7 @@ bool Pipeline::testRequests(Conn& c) {
     }
     c.ready[slot] = true;
     if (!c.send) c.doneLog.emplace_back(Clock::now(), sizes[0]);
+    c.completedAt.push_back(Clock::now());
     moved = true;
   }
   while (c.done < c.posted && c.ready[c.done % kNcclSteps]) ++c.done;
@@ -152,6 +153,7 @@ void Pipeline::run(const Deadline& deadline) {
   for (Conn& c : conns_) {
     c.posted = c.done = c.consumed = 0;
     c.doneLog.clear();
+    c.completedAt.clear();
   }
   for (Lane& l : lanes_) {
     l.cur = l.sent = 0;
@@ -175,6 +177,32 @@ void Pipeline::run(const Deadline& deadline) {
     }
     if (!moved) sched_yield();  // spin as NCCL's proxy does
   }
+}
+
+size_t Pipeline::longestStreak() const {
+  std::vector<std::pair<Clock::time_point, size_t>> all;  // (completion, connection)
+  std::vector<size_t> total(conns_.size(), 0);
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    const Conn& c = conns_[i];
+    if (c.items.size() < 2 || c.completedAt.size() != c.items.size()) continue;
+    total[i] = c.items.size();
+    for (Clock::time_point t : c.completedAt) all.emplace_back(t, i);
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<size_t> seen(conns_.size(), 0);
+  // run[x][y]: completions of x since y's last one.
+  std::vector<std::vector<size_t>> run(conns_.size(), std::vector<size_t>(conns_.size(), 0));
+  size_t longest = 0;
+  for (const auto& e : all) {
+    size_t x = e.second;
+    ++seen[x];
+    for (size_t y = 0; y < conns_.size(); ++y) {
+      if (y == x || total[y] == 0) continue;
+      run[y][x] = 0;
+      if (seen[y] < total[y]) longest = std::max(longest, ++run[x][y]);  // y still had work
+    }
+  }
+  return longest;
 }
 
 // --- the topology's bound -------------------------------------------------------------------

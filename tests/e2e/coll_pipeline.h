@@ -51,6 +51,11 @@ class Pipeline {
   // Completion time and bytes of every receive of connection c in the last run.
   const std::vector<std::pair<Clock::time_point, size_t>>& receiveTimes(int c) const { return conns_[c].doneLog; }
   void release();  // deregisters the staging slots (before the comms close)
+  // The most transfers one connection completed in a row while another connection, with
+  // transfers still to come, completed none (in the last run; connections of at least two
+  // transfers). A few when connections share the cables' turns; tens when one direction of a
+  // cable waits for the other.
+  size_t longestStreak() const;
 
  private:
   struct Conn {
@@ -64,6 +69,7 @@ class Pipeline {
     void* req[kNcclSteps] = {};
     bool ready[kNcclSteps] = {};
     std::vector<std::pair<Clock::time_point, size_t>> doneLog;
+    std::vector<Clock::time_point> completedAt;  // every transfer's completion (sends too), in order of testing
   };
   struct Lane {
     std::vector<Step> steps;

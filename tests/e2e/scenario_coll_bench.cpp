@@ -146,6 +146,8 @@ class CollBench {
     return secondsSince(t0);
   }
 
+  size_t streak() const { return pipe_.longestStreak(); }
+
   void close() {
     pipe_.release();
     closeAll(ctx_, comms_.table);
@@ -249,6 +251,7 @@ std::string runCollBench(Context& ctx) {
   int iters = static_cast<int>(ctx.opts.integer("iters", 3));
   int warmup = static_cast<int>(ctx.opts.integer("warmup", 1));
   double ceiling = ctx.opts.real("ceiling", 0);
+  long maxStreak = ctx.opts.integer("max-streak", 0);
   if (channels < 1 || channels > 32 || iters < 1 || warmup < 0) fail("--channels 1..32, --iters >= 1, --warmup >= 0");
   if (algo == "tree" && channels % 2 != 0) fail("--algo tree needs an even --channels (half per tree)");
   CollBench bench(ctx, algo, bytes, channels, slice);
@@ -257,21 +260,31 @@ std::string runCollBench(Context& ctx) {
   double connectS = secondsSince(t0);
   bench.build();
   double best = 1e30;
+  size_t streak = 0;
   for (int it = 0; it < warmup + iters; ++it) {
     double s = bench.runOnce(it);
-    if (it >= warmup) best = std::min(best, s);
+    if (it >= warmup) {
+      best = std::min(best, s);
+      streak = std::max(streak, bench.streak());
+    }
   }
   std::string bad = bench.check(warmup + iters - 1);
   ctx.barrier("coll-bench-done");
   bench.close();
   ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
   if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
+  if (maxStreak > 0 && streak > static_cast<size_t>(maxStreak)) {
+    fail("coll-bench %s: one connection completed %zu transfers in a row while another, with transfers still "
+         "to come, completed none (--max-streak %ld): one direction of a cable waited for the other",
+         algo.c_str(), streak, maxStreak);
+  }
   int n = ctx.nodes;
   double factor = algo == "alltoall" ? (n - 1.0) / n : 2.0 * (n - 1) / n;
   double algbw = static_cast<double>(bytes) / best, busbw = algbw * factor;
   std::string out = format("algo=%s bytes=%zu channels=%d slice=%zu connect_s=%.2f best_s=%.4f algbw_MBps=%.1f "
                            "busbw_MBps=%.1f data exact",
                            algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
+  out += format(" streak=%zu", streak);
   if (ceiling > 0) {
     std::string how;
     Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);

@@ -282,29 +282,33 @@ void writeRequests(Fabric* f, Conn* c) {
   if (c->state != Conn::State::Up) return;
   Clock::time_point now = Clock::now();
   int64_t nowNs = toNs(now), retry = INT64_MAX;
-  size_t waiting = 0;  // QPs in a row whose port is at its cap
   c->txReadyAt = 0;
-  for (int budget = 64; budget > 0 && !c->txQps.empty(); --budget) {
-    Qp* qp = c->txQps.front();
+  // Round robin per port, as a NIC's send scheduler arbitrates its QPs: a QP that sends goes
+  // to the back; a QP whose port (or wire) is at its cap keeps its place, so the next free
+  // turn of that port is the turn of the QP that has waited longest for it. (Rotating the
+  // waiting ones too could put the list back in the same order round after round, and the
+  // QP at its head then took every freed turn: on a Spark pair's all-to-all, a receiver's
+  // FIFO writes waited behind its own data on the same function until that data ran out.)
+  size_t i = 0;
+  for (int budget = 64; budget > 0 && i < c->txQps.size(); --budget) {
+    Qp* qp = c->txQps[i];
     if (!canSend(qp, now)) {
-      c->txQps.pop_front();
+      c->txQps.erase(c->txQps.begin() + static_cast<std::ptrdiff_t>(i));
       qp->inTxList = false;
       continue;
     }
     if (!qp->dev->port.up) {
-      c->txQps.pop_front();
+      c->txQps.erase(c->txQps.begin() + static_cast<std::ptrdiff_t>(i));
       qp->inTxList = false;
       voidTx(f, qp, now);
       continue;
     }
     if (!room(c, nextPacketBytes(f, qp))) return;
-    c->txQps.pop_front();
-    if (!paced(f, qp, nowNs, &retry)) {  // its port waits: the others go on, round robin
-      c->txQps.push_back(qp);
-      if (++waiting >= c->txQps.size()) break;
+    if (!paced(f, qp, nowNs, &retry)) {  // its port waits: the others go on; it keeps its place
+      ++i;
       continue;
     }
-    waiting = 0;
+    c->txQps.erase(c->txQps.begin() + static_cast<std::ptrdiff_t>(i));
     qp->inTxList = false;
     sendOne(f, c, qp, now);
     if (canSend(qp, now) && qp->conn == c) {
