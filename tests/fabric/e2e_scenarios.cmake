@@ -33,12 +33,6 @@ foreach(subnets shared split)
   fabric_scenario(functions_relay_ring4_${subnets} 4 90 --topology ring --functions 2 --fn-subnets ${subnets}
                   --rate 40M --fn-rate 22400K --env NCCL_MESH_RELAY=auto -- functions --relayed)
 endforeach()
-# Both directions of a Spark cable at once (all-to-all): a function carries its own data and
-# the FIFO writes of the receiver for the other direction. The fabric gives its QPs the
-# function's turns in order, as a NIC does, so neither direction waits for the other to
-# finish (before: one direction's FIFO writes waited behind most of its own data, streak=20-22).
-fabric_scenario(functions_alltoall_spark 2 60 --functions 2 --rate 1G --fn-rate 28M
-                -- coll-bench --algo alltoall --bytes 32M --iters 2 --warmup 1 --max-streak 8)
 # Registration where the connection runs (issue 32): a triangle of Spark cables, 4 devices per
 # node; a comm's registrations cover the 2 towards its peer.
 fabric_scenario(registrations_tri_spark 3 60 --functions 2 -- registrations --sizes 256K,4M --count 3)
