@@ -587,9 +587,10 @@ TYPED_TEST(ContextTables, SetNetAttrIsAccepted) {
 }
 
 // NCCL 2.28.9 calls setNetAttr before every try of a connect that is not done yet
-// (src/transport/net.cc sendProxyConnect/recvProxyConnect), thousands of times per relayed connect: the recorder (NCCL_MESH_TRACE) writes a run of identical calls
-// (same thread, context and result) as one record with again=N; another result starts a new
-// record. The unload writes the file.
+// (src/transport/net.cc sendProxyConnect/recvProxyConnect), thousands of times per relayed
+// connect: the recorder (NCCL_MESH_TRACE) writes a run of identical calls (same thread,
+// context and result) as one record with again=N; another result starts a new record. The
+// unload writes the file.
 TYPED_TEST(ContextTables, TheRecorderWritesARunOfIdenticalSetNetAttrAsOneRecord) {
   char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);

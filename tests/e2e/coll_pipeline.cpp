@@ -81,8 +81,7 @@ bool Pipeline::testRequests(Conn& c) {
       fail("%s #%zu: received %zu bytes, expected %zu", c.label.c_str(), i, sizes[0], c.items[i].bytes);
     }
     c.ready[slot] = true;
-    if (!c.send) c.doneLog.emplace_back(Clock::now(), sizes[0]);
-    c.completedAt.push_back(Clock::now());
+    c.doneLog.emplace_back(Clock::now(), c.send ? c.items[i].bytes : sizes[0]);
     moved = true;
   }
   while (c.done < c.posted && c.ready[c.done % kNcclSteps]) ++c.done;
@@ -153,7 +152,6 @@ void Pipeline::run(const Deadline& deadline) {
   for (Conn& c : conns_) {
     c.posted = c.done = c.consumed = 0;
     c.doneLog.clear();
-    c.completedAt.clear();
   }
   for (Lane& l : lanes_) {
     l.cur = l.sent = 0;
@@ -184,9 +182,9 @@ size_t Pipeline::longestStreak() const {
   std::vector<size_t> total(conns_.size(), 0);
   for (size_t i = 0; i < conns_.size(); ++i) {
     const Conn& c = conns_[i];
-    if (c.items.size() < 2 || c.completedAt.size() != c.items.size()) continue;
+    if (c.items.size() < 2 || c.doneLog.size() != c.items.size()) continue;
     total[i] = c.items.size();
-    for (Clock::time_point t : c.completedAt) all.emplace_back(t, i);
+    for (const auto& e : c.doneLog) all.emplace_back(e.first, i);
   }
   std::sort(all.begin(), all.end());
   std::vector<size_t> seen(conns_.size(), 0);

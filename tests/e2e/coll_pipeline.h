@@ -46,10 +46,11 @@ class Pipeline {
   int addConn(void* comm, bool send, const std::string& label);
   int addLane(std::vector<Step> steps);
   // Runs every lane to its end and waits for every send; throws Failure on an error or at
-  // the deadline. Receive completion times are kept per connection (receiveTimes).
+  // the deadline. Completion times are kept per connection (completions).
   void run(const Deadline& deadline);
-  // Completion time and bytes of every receive of connection c in the last run.
-  const std::vector<std::pair<Clock::time_point, size_t>>& receiveTimes(int c) const { return conns_[c].doneLog; }
+  // Completion time and bytes (a receive: the bytes received) of every transfer of connection
+  // c in the last run, in the order they were seen complete.
+  const std::vector<std::pair<Clock::time_point, size_t>>& completions(int c) const { return conns_[c].doneLog; }
   void release();  // deregisters the staging slots (before the comms close)
   // The most transfers one connection completed in a row while another connection, with
   // transfers still to come, completed none (in the last run; connections of at least two
@@ -68,8 +69,7 @@ class Pipeline {
     size_t posted = 0, done = 0, consumed = 0;
     void* req[kNcclSteps] = {};
     bool ready[kNcclSteps] = {};
-    std::vector<std::pair<Clock::time_point, size_t>> doneLog;
-    std::vector<Clock::time_point> completedAt;  // every transfer's completion (sends too), in order of testing
+    std::vector<std::pair<Clock::time_point, size_t>> doneLog;  // completions()
   };
   struct Lane {
     std::vector<Step> steps;

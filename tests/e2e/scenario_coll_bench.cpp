@@ -360,7 +360,7 @@ std::string runContention(Context& ctx) {
     double from = 0.5, to = seconds, share[2];
     for (int s = 0; s < 2; ++s) {
       double bytes = 0;
-      for (const auto& e : pipe.receiveTimes(recvConns[static_cast<size_t>(s)])) {
+      for (const auto& e : pipe.completions(recvConns[static_cast<size_t>(s)])) {
         double at = secondsBetween(t0, e.first);
         if (at >= from && at < to) bytes += static_cast<double>(e.second);
       }
