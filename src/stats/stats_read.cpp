@@ -284,9 +284,19 @@ void foldDeparted(const std::vector<ProcessCounts>& before, const std::vector<Pr
     bool ended = true;
     for (const ProcessCounts& a : after) ended = ended && !(a.file == b.file && a.pid == b.pid);
     if (!ended) continue;
-    ProcessCounts gone = b;
-    for (FlowCount& f : gone.flows) f.closed = f.opened;  // its comms are closed now
-    departed->push_back(std::move(gone));
+    // One row for all of them, summed by key: a reader that runs for weeks beside jobs that
+    // come and go keeps one row per link and flow, not one process record per job.
+    if (departed->empty()) {
+      departed->emplace_back();
+      departed->back().file = kDepartedFile;
+    }
+    ProcessCounts& sum = departed->front();
+    for (int e = 0; e < kEventCount; ++e) sum.events[e] += b.events[e];
+    for (const LinkCount& l : b.links) addInto(&sum.links, l);
+    for (FlowCount f : b.flows) {
+      f.closed = f.opened;  // its comms are closed now
+      addInto(&sum.flows, f);
+    }
   }
 }
 

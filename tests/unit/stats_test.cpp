@@ -282,7 +282,7 @@ TEST(StatsSums, AnEndedProcessKeepsItsCountsForAPrometheusReader) {
   std::vector<ProcessCounts> s2{proc("a", 1, 160, 30)};  // b ended
   foldDeparted(s1, s2, &departed);
   ASSERT_EQ(departed.size(), 1u);
-  EXPECT_EQ(departed[0].file, "b");
+  EXPECT_EQ(departed[0].file, kDepartedFile);
   EXPECT_EQ(departed[0].flows[0].closed, departed[0].flows[0].opened) << "its comms are closed";
   std::vector<ProcessCounts> all = s2;
   all.insert(all.end(), departed.begin(), departed.end());
@@ -290,6 +290,30 @@ TEST(StatsSums, AnEndedProcessKeepsItsCountsForAPrometheusReader) {
   EXPECT_EQ(t.links[0].txBytes, 660u) << "160 from a, 500 that b counted: never less than before (600)";
   foldDeparted(s2, s2, &departed);
   EXPECT_EQ(departed.size(), 1u) << "nobody else ended";
+}
+
+TEST(StatsSums, EndedProcessesFoldIntoOneRecordWhateverTheirNumber) {
+  // A reader beside a thousand short jobs: one record, the sum, not a thousand.
+  std::vector<ProcessCounts> departed;
+  uint64_t tx = 0, rx = 0;
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<ProcessCounts> s1{proc("a", 1, 100, 10), proc("job" + std::to_string(i), 100 + i, 5 + i, 2)};
+    std::vector<ProcessCounts> s2{proc("a", 1, 100, 10)};
+    foldDeparted(s1, s2, &departed);
+    tx += 5 + static_cast<uint64_t>(i);
+    rx += 2;
+  }
+  ASSERT_EQ(departed.size(), 1u);
+  ASSERT_EQ(departed[0].links.size(), 1u) << "the same cable end: one row";
+  ASSERT_EQ(departed[0].flows.size(), 1u);
+  EXPECT_EQ(departed[0].links[0].txBytes, tx);
+  EXPECT_EQ(departed[0].flows[0].rxBytes, rx);
+  EXPECT_EQ(departed[0].flows[0].closed, departed[0].flows[0].opened);
+  EXPECT_EQ(departed[0].events[kConnects], 1000u);
+  std::vector<ProcessCounts> all{proc("a", 1, 100, 10)};
+  all.push_back(departed[0]);
+  Totals t = merge(all);
+  EXPECT_EQ(t.links[0].txBytes, 100u + tx) << "merge sees the running process and every ended one";
 }
 
 }  // namespace

@@ -210,7 +210,10 @@ Totals deltas(const std::vector<ProcessCounts>& before, const std::vector<Proces
 // For a long-running reader (--prometheus): the processes of `before` that are gone from
 // `after` (matched by file name and pid) are added to *departed as last seen, their comms
 // counted closed. merge(after + *departed) then never goes back when a process ends, which
-// a Prometheus counter must not (a drop reads as a reset).
+// a Prometheus counter must not (a drop reads as a reset). *departed holds at most one
+// record (file kDepartedFile, pid 0): every ended process summed by key, so it grows with
+// the links and flows ever seen, not with the number of processes that ended.
+constexpr const char* kDepartedFile = "(ended processes)";
 void foldDeparted(const std::vector<ProcessCounts>& before, const std::vector<ProcessCounts>& after,
                   std::vector<ProcessCounts>* departed);
 
