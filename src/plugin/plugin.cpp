@@ -92,6 +92,15 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
 void Plugin::startStats() {
   if (!config_.stats || discovery_.ports.empty()) return;
   std::string path, why;
+  // A process killed by a signal leaves its file behind (48 KiB of /dev/shm, which is RAM);
+  // without a sweep here they would pile up on a node whose jobs crash until somebody ran
+  // nccl-mesh-info. Only our own files of processes gone from our PID namespace go.
+  const std::string dir = config_.statsDir.empty() ? stats::defaultDir() : config_.statsDir;
+  stats::ReadResult swept = stats::readDir(dir, /*removeStale=*/true);
+  if (!swept.removed.empty()) {
+    MESH_INFO(NCCL_INIT, "live counters: removed %zu stale file(s) of ended processes from %s", swept.removed.size(),
+              dir.c_str());
+  }
   if (stats::Publisher::open(config_.statsDir, &path, &why)) {
     MESH_INFO(NCCL_INIT, "live counters: %s (nccl-mesh-info --watch; NCCL_MESH_STATS=0 turns them off)", path.c_str());
   } else {

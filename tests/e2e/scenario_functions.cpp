@@ -101,6 +101,20 @@ std::string statsDir() {
   return d;
 }
 
+// Whether the stats directory holds a counters file of process `pid`.
+bool hasCountersFile(pid_t pid) {
+  std::string dir = statsDir(), mark = format(".%d.", static_cast<int>(pid));
+  bool found = false;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n[0] != '.' && n.find(mark) != std::string::npos && n.size() > 6 && n.substr(n.size() - 6) == ".stats") found = true;
+    }
+    closedir(d);
+  }
+  return found;
+}
+
 // A process that loaded the plugin (nccl-mesh-info --serve publishes counters like any
 // other), killed with SIGKILL once its counters file is there: its file stays behind, stale.
 // Returns its pid.
@@ -117,16 +131,10 @@ pid_t leaveStaleFile(const std::string& tool, const Deadline& deadline) {
   int rc = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) fail("functions --watch: cannot run %s: %s", tool.c_str(), strerror(rc));
-  std::string dir = statsDir(), mark = format(".%d.", static_cast<int>(pid));
+  std::string dir = statsDir();
   bool found = false;
   while (!found) {
-    if (DIR* d = opendir(dir.c_str())) {
-      while (dirent* e = readdir(d)) {
-        std::string n = e->d_name;
-        if (n[0] != '.' && n.find(mark) != std::string::npos && n.size() > 6 && n.substr(n.size() - 6) == ".stats") found = true;
-      }
-      closedir(d);
-    }
+    found = hasCountersFile(pid);
     int status = 0;
     if (!found && waitpid(pid, &status, WNOHANG) == pid) fail("functions --watch: %s --serve exited before it published counters", tool.c_str());
     if (!found && deadline.expired()) {
@@ -283,12 +291,18 @@ std::string runFunctions(Context& ctx) {
   std::vector<Op> ops = exchangeOps(ctx, t, peers, out, in, sizes, perSize, &mhs);
   std::string tool = ctx.opts.str("watch", "");
   pid_t victim = -1;
-  std::string watchOut, watchError;
+  std::string watchOut, watchError, watchBad;
   bool watchOk = true;
   std::thread watcher;
   if (!tool.empty()) {
     setPhase("functions: a killed process's counters file");
+    // The first killed process's file is swept by the next plugin that starts (the second
+    // --serve removes it before it publishes its own); the second's is left for --watch.
+    pid_t first = leaveStaleFile(tool, ctx.deadline);
     victim = leaveStaleFile(tool, ctx.deadline);
+    if (hasCountersFile(first)) {
+      watchBad += format(" the plugin that started after pid %d was killed left its stale counters file;", static_cast<int>(first));
+    }
     ctx.barrier("functions-watch");  // every rank starts its exchange and its watch together
     watcher = std::thread([&] {
       watchOk = runCapture({tool, "--watch", "--interval", "1", "--count", "3", "--stats-dir", statsDir()}, &watchOut,
@@ -299,7 +313,7 @@ std::string runFunctions(Context& ctx) {
   Clock::time_point t0 = Clock::now();
   Engine(ctx, ctx.seed).run(ops, ctx.deadline);
   double seconds = secondsSince(t0);
-  std::string watchTable, watchBad;
+  std::string watchTable;
   if (!tool.empty()) {
     setPhase("functions: waiting for nccl-mesh-info --watch");
     watcher.join();
