@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -121,6 +122,18 @@ ncclResult_t handshakerFor(int dev, Handshaker** out) {
   return ncclSuccess;
 }
 
+// Test-only (MESH_TEST_RELAY_ROTATE=1, read by coll-bench --twin-relays): the k-th relayed
+// connect of this process to a target starts at its k-th relay candidate (mod their count),
+// so that two connections to one peer go through both relays of a ring. 0 otherwise.
+size_t relayTurnForTests(const Handle& handle) {
+  static const bool rotate = getenv("MESH_TEST_RELAY_ROTATE") != nullptr;
+  if (!rotate || handle.addrs.empty()) return 0;
+  static std::mutex m;
+  static std::map<uint32_t, size_t> counts;
+  std::lock_guard<std::mutex> lock(m);
+  return counts[handle.addrs[0].addr]++;
+}
+
 // A direct connect over the cables to the peer; with none and NCCL_MESH_RELAY=auto, a
 // relayed one through the neighbours the route table names (mesh/relay/relay_service.h).
 ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const ConnOptions& opts,
@@ -133,8 +146,11 @@ ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const C
     MESH_WARN("connect: %s (NCCL_MESH_RELAY=off: pairs without a cable are not relayed)", route.error.c_str());
     return ncclSystemError;
   }
-  auto lookup = [nics, addrs = handle.addrs](bool mayWait) {
-    return Plugin::instance().relayCandidates(addrs, nics, 0, {}, mayWait);
+  size_t turn = relayTurnForTests(handle);
+  auto lookup = [nics, addrs = handle.addrs, turn](bool mayWait) {
+    std::vector<NextHop> c = Plugin::instance().relayCandidates(addrs, nics, 0, {}, mayWait);
+    if (turn > 0 && c.size() > 1) std::rotate(c.begin(), c.begin() + static_cast<long>(turn % c.size()), c.end());
+    return c;
   };
   out->relay = std::make_shared<RelayConnector>(hs, nics, handle, lookup, opts, plugin.relayConnectSettings());
   return ncclSuccess;

@@ -51,12 +51,16 @@ const ScenarioInfo kScenarios[] = {
      "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
      "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
      "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
-    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak"},
+    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays"},
      "[--algo ring|tree|alltoall|contention] [--bytes 64M] [--channels 4] [--slice 512K] [--iters 3]\n"
      "                  [--warmup 1] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
      "                  pipelined as NCCL runs them (8 slots per connection), busbw and, with --ceiling, the\n"
      "                  cabling's bound; data exact; streak= the most transfers one connection completed while\n"
-     "                  another with work left completed none (--max-streak fails above N)"},
+     "                  another with work left completed none (--max-streak fails above N); --twin-relays (tree,\n"
+     "                  alltoall; MESH_TEST_RELAY_ROTATE=1 on every node): each relayed pair gets a connection\n"
+     "                  through each relay, a transfer goes whole over the one whose recent rate promises it\n"
+     "                  sooner and a zero-byte one over the other (the two-relay prototype); twins= the data\n"
+     "                  transfers each way carried"},
     {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
      "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
     {"link-down", runLinkDown, {"size", "after", "bound"},

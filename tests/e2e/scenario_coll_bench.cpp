@@ -71,8 +71,8 @@ struct Comms {
 
 class CollBench {
  public:
-  CollBench(Context& ctx, const std::string& algo, size_t bytes, int channels, size_t slice)
-      : ctx_(ctx), algo_(algo), bytes_(bytes), channels_(channels), slice_(slice),
+  CollBench(Context& ctx, const std::string& algo, size_t bytes, int channels, size_t slice, bool twins = false)
+      : ctx_(ctx), algo_(algo), bytes_(bytes), channels_(channels), slice_(slice), twins_(twins),
         data_(algo == "alltoall" ? 2 * bytes : bytes), pipe_(ctx, data_.data(), data_.size(), slice) {}
 
   void connect() {
@@ -92,8 +92,20 @@ class CollBench {
       for (int p : otherRanks(ctx_)) peers.insert(p);
       count = 1;
     }
+    if (twins_) count *= 2;  // connections 2k and 2k+1: one through each relay
     comms_.peers.assign(peers.begin(), peers.end());
+    size_t mark = ctx_.net.logSize();
     comms_.table = establish(ctx_, {comms_.peers, comms_.peers, count, "coll-" + algo_}, ctx_.deadline);
+    if (twins_) {
+      std::map<int, std::set<int>> vias;
+      for (const RelayedConnect& rc : relayedConnects(ctx_, mark)) vias[rc.target].insert(rc.via);
+      for (const auto& kv : vias) {
+        if (kv.second.size() < 2) {
+          fail("--twin-relays: every connection to rank %d went through one relay (is MESH_TEST_RELAY_ROTATE=1 set on "
+               "every node?)", kv.first);
+        }
+      }
+    }
   }
 
   void build() {
@@ -147,6 +159,8 @@ class CollBench {
   }
 
   size_t streak() const { return pipe_.longestStreak(); }
+  std::string twinReport() const { return pipe_.twinReport(); }
+  std::string idleTwin() const { return pipe_.idleTwin(); }
 
   void close() {
     pipe_.release();
@@ -172,8 +186,15 @@ class CollBench {
       TreeNode me = ch % 2 == 0 ? binaryTree(ctx_.nodes, ctx_.rank) : secondTree(ctx_.nodes, ctx_.rank);
       auto conn = [&](int peer, bool send) {
         PeerComms& pc = comms_.table[peer];
-        void* c = send ? pc.send[static_cast<size_t>(ch)] : pc.recv[static_cast<size_t>(ch)];
-        return pipe_.addConn(c, send, format("tree%d ch%d %s rank %d", ch % 2, ch, send ? "send to" : "recv from", peer));
+        size_t k = twins_ ? 2 * static_cast<size_t>(ch) : static_cast<size_t>(ch);
+        void* c = send ? pc.send[k] : pc.recv[k];
+        int id = pipe_.addConn(c, send, format("tree%d ch%d %s rank %d", ch % 2, ch, send ? "send to" : "recv from", peer));
+        if (twins_ && cabled(ctx_, ctx_.rank, peer) == 0) {
+          void* c2 = send ? pc.send[k + 1] : pc.recv[k + 1];
+          int id2 = pipe_.addConn(c2, send, format("tree%d ch%d %s rank %d (twin)", ch % 2, ch, send ? "send to" : "recv from", peer));
+          pipe_.twin(id, id2);
+        }
+        return id;
       };
       int upSend = me.up >= 0 ? conn(me.up, true) : -1, upRecv = me.up >= 0 ? conn(me.up, false) : -1;
       std::vector<int> childRecv, childSend;
@@ -209,6 +230,10 @@ class CollBench {
     for (int p : comms_.peers) {
       int s = pipe_.addConn(comms_.table[p].send[0], true, format("alltoall send to rank %d", p));
       int r = pipe_.addConn(comms_.table[p].recv[0], false, format("alltoall recv from rank %d", p));
+      if (twins_ && cabled(ctx_, ctx_.rank, p) == 0) {
+        pipe_.twin(s, pipe_.addConn(comms_.table[p].send[1], true, format("alltoall send to rank %d (twin)", p)));
+        pipe_.twin(r, pipe_.addConn(comms_.table[p].recv[1], false, format("alltoall recv from rank %d (twin)", p)));
+      }
       std::vector<Step> sends, recvs;
       for (size_t off = 0; off < blk; off += slice_) {
         size_t n = std::min(slice_, blk - off);
@@ -228,6 +253,7 @@ class CollBench {
   size_t bytes_;
   int channels_;
   size_t slice_;
+  bool twins_ = false;
   HostBuffer data_;
   Pipeline pipe_;
   Comms comms_;
@@ -254,7 +280,7 @@ std::string runCollBench(Context& ctx) {
   long maxStreak = ctx.opts.integer("max-streak", 0);
   if (channels < 1 || channels > 32 || iters < 1 || warmup < 0) fail("--channels 1..32, --iters >= 1, --warmup >= 0");
   if (algo == "tree" && channels % 2 != 0) fail("--algo tree needs an even --channels (half per tree)");
-  CollBench bench(ctx, algo, bytes, channels, slice);
+  CollBench bench(ctx, algo, bytes, channels, slice, ctx.opts.has("twin-relays"));
   Clock::time_point t0 = Clock::now();
   bench.connect();
   double connectS = secondsSince(t0);
@@ -273,6 +299,7 @@ std::string runCollBench(Context& ctx) {
   bench.close();
   ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
   if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
+  if (!bench.idleTwin().empty()) fail("coll-bench --twin-relays: %s never carried data", bench.idleTwin().c_str());
   if (maxStreak > 0 && streak > static_cast<size_t>(maxStreak)) {
     fail("coll-bench %s: one connection completed %zu transfers in a row while another, with transfers still "
          "to come, completed none (--max-streak %ld): one direction of a cable waited for the other",
@@ -285,6 +312,7 @@ std::string runCollBench(Context& ctx) {
                            "busbw_MBps=%.1f data exact",
                            algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
   out += format(" streak=%zu", streak);
+  if (ctx.opts.has("twin-relays")) out += " twins:" + bench.twinReport();
   if (ceiling > 0) {
     std::string how;
     Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);
