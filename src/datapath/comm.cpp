@@ -214,6 +214,7 @@ ncclResult_t Comm::createQps() {
 }
 
 ncclResult_t Comm::activate(const HsMessage& remote) {
+  if (!sender_) originAddr_ = remote.originAddr;
   MESH_REQUIRE(remote.links.size() == links_.size() && remote.qpsPerLink == settings_.qpsPerLink &&
                    remote.qps.size() == static_cast<size_t>(nqps_),
                ncclRemoteError,
@@ -548,6 +549,7 @@ ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& route
   std::unique_ptr<Comm> comm = makeComm(sender);
   int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
   MESH_CHECK(comm->prepare(routes, tc, local));
+  if (sender) local->originAddr = opts.originAddr;
   *out = std::move(comm);
   return ncclSuccess;
 }

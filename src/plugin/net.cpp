@@ -223,6 +223,11 @@ ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
   MESH_CHECK(r);
   *out = static_cast<RecvComm*>(conn.release());
   if (*out != nullptr) {
+    // From a relay: counted as relayed from the sender through that relay, as the sender
+    // counts it (without the origin it would read as direct from the relay node).
+    if ((*out)->originAddr() != 0) {
+      (*out)->countAs(stats::FlowKind::Relayed, (*out)->originAddr(), (*out)->peerAddr(), 0);
+    }
     (*out)->markOpen();
     stats::Publisher::event(stats::kAccepts);
   }

@@ -172,6 +172,7 @@ ncclResult_t RelayConnector::stepCandidate() {
       RelayMessage m;
       m.type = RelayType::Open;
       m.open.origin = settings_.origin != 0 ? settings_.origin : settings_.self;
+      m.open.originAddr = settings_.originAddr != 0 ? settings_.originAddr : local;
       m.open.visited = settings_.visited;
       m.open.request = request_;
       m.open.hopBudget = std::max(1, std::min(settings_.maxHops, kRelayMaxHopBudget));

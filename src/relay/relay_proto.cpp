@@ -46,8 +46,8 @@ constexpr size_t kOpenRequest = 8;
 constexpr size_t kOpenBudget = 16;
 constexpr size_t kOpenVisited = 17;
 constexpr size_t kOpenReserved16 = 18;
-constexpr size_t kOpenReserved32 = 20;
-static_assert(kOpenReserved32 + 4 == kRelayOpenPrefix, "OPEN prefix fields must tile it");
+constexpr size_t kOpenOriginAddr = 20;
+static_assert(kOpenOriginAddr + 4 == kRelayOpenPrefix, "OPEN prefix fields must tile it");
 
 // OPEN-REPLY body offsets.
 constexpr size_t kReplyRequest = 0;
@@ -298,15 +298,14 @@ bool checkOpen(const RelayOpen& o, std::string* error) {
 bool readOpen(const uint8_t* body, size_t len, RelayOpen* o, std::string* error) {
   if (len < kRelayOpenPrefix + kHandleSize) return fail(error, "OPEN body of " + str(len) + " bytes is truncated");
   size_t nVisited = body[kOpenVisited];
-  if (getLe(body + kOpenReserved16, 2) != 0 || getLe(body + kOpenReserved32, 4) != 0) {
-    return fail(error, "OPEN reserved fields must be 0");
-  }
+  if (getLe(body + kOpenReserved16, 2) != 0) return fail(error, "OPEN reserved fields must be 0");
   size_t want = kRelayOpenPrefix + kHandleSize + nVisited * sizeof(uint64_t);
   if (len != want) {
     return fail(error, "OPEN with " + str(nVisited) + " visited relays is " + str(want) + " body bytes, got " + str(len));
   }
   o->origin = getLe(body + kOpenOrigin, 8);
   o->request = getLe(body + kOpenRequest, 8);
+  o->originAddr = static_cast<uint32_t>(getLe(body + kOpenOriginAddr, 4));
   o->hopBudget = body[kOpenBudget];
   std::string handleError;
   if (!decodeHandle(body + kRelayOpenPrefix, kHandleSize, &o->target, &handleError)) {
@@ -403,6 +402,7 @@ bool encodeRelay(const RelayMessage& msg, std::vector<uint8_t>* out, std::string
       uint8_t* body = bytes.data() + kRelayHeaderSize;
       putLe(body + kOpenOrigin, o.origin, 8);
       putLe(body + kOpenRequest, o.request, 8);
+      putLe(body + kOpenOriginAddr, o.originAddr, 4);
       putLe(body + kOpenBudget, static_cast<uint64_t>(o.hopBudget), 1);
       putLe(body + kOpenVisited, o.visited.size(), 1);
       std::string handleError;

@@ -53,10 +53,20 @@ std::unique_ptr<Comm> RelayTransport::makeComm(bool sender) const {
   return std::make_unique<RelayLegComm>(disc_, settings_, geometry_);
 }
 
+namespace {
+// A relay's connect to C: its HELLO names the relayed connection's sender.
+ConnOptions originOptions(uint32_t originAddr) {
+  ConnOptions o;
+  o.originAddr = originAddr;
+  return o;
+}
+}  // namespace
+
 struct RelayService::Session {
   enum class State { Reading, Connecting, Accepting };
   int fd = -1;
   std::string peer;
+  uint32_t peerAddr = 0;  // the OPEN's source address
   std::vector<uint8_t> in;
   RelayOpen open;
   State state = State::Reading;
@@ -142,6 +152,7 @@ void RelayService::acceptSessions(int lfd) {
     auto s = std::make_unique<Session>();
     s->fd = fd;
     s->peer = formatIpv4(ntohl(sa.sin_addr.s_addr));
+    s->peerAddr = ntohl(sa.sin_addr.s_addr);
     s->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
     sessions_.push_back(std::move(s));
   }
@@ -185,6 +196,9 @@ bool RelayService::stepSession(Session& s) {
       if (!parseRelay(s.in.data(), static_cast<size_t>(need), &m, &error)) return end(RelayStatus::BadRequest, error);
       if (m.type != RelayType::Open) return end(RelayStatus::BadRequest, "expected RELAY-OPEN");
       s.open = m.open;
+      // The relayed connection's sender: as the OPEN names it, else (a sender that does not
+      // say) the address the OPEN came from, which is the sender's when we are its first relay.
+      if (s.open.originAddr == 0) s.open.originAddr = s.peerAddr;
       for (const HandleAddress& a : s.open.target.addrs) {
         s.target += (s.target.empty() ? "" : ",") + formatIpv4(a.addr);
       }
@@ -217,6 +231,7 @@ bool RelayService::stepSession(Session& s) {
         cs.timeoutMs = settings_.timeoutMs;
         cs.self = self_;
         cs.origin = s.open.origin;
+        cs.originAddr = s.open.originAddr;
         cs.visited = s.open.visited;
         cs.visited.push_back(self_);
         std::vector<NodeId> exclude = cs.visited;
@@ -230,7 +245,8 @@ bool RelayService::stepSession(Session& s) {
             hs_.get(), nics_, s.open.target,
             [lookup, addrs, origin, exclude](bool mayWait) { return lookup(addrs, origin, exclude, mayWait); },
             ConnOptions(), cs);
-      } else if (hs_->startConnect(s.open.target, route.routes, ConnOptions(), &s.toC) != ncclSuccess) {
+      } else if (hs_->startConnect(s.open.target, route.routes, originOptions(s.open.originAddr), &s.toC) !=
+                 ncclSuccess) {
         return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");
       }
       s.state = Session::State::Connecting;
@@ -276,8 +292,8 @@ bool RelayService::stepSession(Session& s) {
       // Live counters: both comms count into one forwarded flow (origin -> C); the leg
       // counts what arrived, the hop what went on; the leg counts the connection.
       uint32_t dest = s.open.target.addrs.empty() ? fwd->peerAddr() : s.open.target.addrs[0].addr;
-      leg->countAs(stats::FlowKind::Forwarded, dest, 0, leg->peerAddr());
-      fwd->countAs(stats::FlowKind::Forwarded, dest, 0, leg->peerAddr());
+      leg->countAs(stats::FlowKind::Forwarded, dest, 0, s.open.originAddr);
+      fwd->countAs(stats::FlowKind::Forwarded, dest, 0, s.open.originAddr);
       leg->markOpen();
       std::string name = s.peer + " -> " + s.target;
       legConn.release();

@@ -117,8 +117,9 @@ bool checkHeader(const uint8_t* in, HsType* type, uint32_t* length, std::string*
   if (*length > kHsMaxMessage) {
     return fail(error, "length " + str(*length) + " exceeds " + str(kHsMaxMessage));
   }
-  if (h.reserved != 0) {
-    return fail(error, "reserved header field is " + hex(h.reserved, 1) + ", must be 0");
+  if (h.reserved != 0 && *type != HsType::Hello) {
+    return fail(error, "origin header field is " + hex(h.reserved, 1) + "; in " + typeName(*type) +
+                           " it must be 0 (only a relay's HELLO names an origin)");
   }
   if (*type == HsType::Ready && *length != kHsHeaderSize) {
     return fail(error, "READY carries " + str(*length - kHsHeaderSize) +
@@ -173,6 +174,9 @@ bool checkEncodable(const HsMessage& msg, std::string* error) {
   if (msg.type == HsType::Reject && msg.reason.size() > kHsMaxReason) {
     return fail(error, "REJECT reason of " + str(msg.reason.size()) + " bytes exceeds " +
                            str(kHsMaxReason));
+  }
+  if (msg.originAddr != 0 && msg.type != HsType::Hello) {
+    return fail(error, std::string(typeName(msg.type)) + " cannot name an origin (only a relay's HELLO does)");
   }
   if (!carriesQps(msg.type)) return true;
   size_t qpsPerLink = msg.qpsPerLink < 0 ? 0 : static_cast<size_t>(msg.qpsPerLink);
@@ -311,6 +315,7 @@ bool encodeHandshake(const HsMessage& msg, std::vector<uint8_t>* out, std::strin
   h.version = kHsVersion;
   h.type = static_cast<uint16_t>(msg.type);
   h.length = static_cast<uint32_t>(length);
+  h.reserved = msg.originAddr;  // the origin field (0 but in a relay's HELLO)
   putMessageHeader(p, h);
   putLe(p + kOffToken, msg.token, 8);
   p += kHsHeaderSize;
@@ -356,6 +361,7 @@ bool parseHandshake(const uint8_t* in, size_t len, HsMessage* out, std::string* 
     return fail(error, "header says " + str(length) + " bytes, the message has " + str(len));
   }
   msg.token = getLe(in + kOffToken, 8);
+  msg.originAddr = getMessageHeader(in).reserved;
   if (carriesQps(msg.type)) {
     if (!parseQpBody(in, len, &msg, error)) return false;
   } else if (msg.type == HsType::Reject) {

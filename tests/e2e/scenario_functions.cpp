@@ -235,15 +235,17 @@ std::string watchProblems(const std::string& out, int peer, const std::vector<st
 }
 
 // The sum of the tx_bytes of the --json flows of `kind`.
-uint64_t jsonFlowBytes(const std::string& json, const std::string& kind) {
+// The sum of `field` ("tx_bytes" or "rx_bytes") over the flows of `kind` in --json output.
+uint64_t jsonFlowBytes(const std::string& json, const std::string& kind, const std::string& field = "tx_bytes") {
   uint64_t sum = 0;
   std::istringstream in(json);
   std::string line;
+  const std::string key = "\"" + field + "\": ";
   while (std::getline(in, line)) {
     if (line.find("\"kind\": \"" + kind + "\"") == std::string::npos) continue;
-    size_t at = line.find("\"tx_bytes\": ");
-    if (at == std::string::npos) fail("functions --watch: a %s flow without tx_bytes: %s", kind.c_str(), line.c_str());
-    sum += strtoull(line.c_str() + at + 12, nullptr, 10);
+    size_t at = line.find(key);
+    if (at == std::string::npos) fail("functions --watch: a %s flow without %s: %s", kind.c_str(), field.c_str(), line.c_str());
+    sum += strtoull(line.c_str() + at + key.size(), nullptr, 10);
   }
   return sum;
 }
@@ -368,6 +370,15 @@ std::string runFunctions(Context& ctx) {
       fail("functions --watch --json: %s", error.c_str());
     }
     uint64_t mine = jsonFlowBytes(json, ctx.rank % 2 == 0 ? "relayed" : "forwarded");
+    // The receiving end counts what arrived through the relay as relayed from the other end
+    // (the relay's HELLO names the sender), not as direct from the relay node.
+    if (ctx.rank % 2 == 0) {
+      uint64_t in = jsonFlowBytes(json, "relayed", "rx_bytes");
+      if (in != perPeer) {
+        watchBad += format(" rank %d counted %llu bytes received as relayed (expected %zu: what rank %d sent it);", ctx.rank,
+                           static_cast<unsigned long long>(in), perPeer, ctx.next(2));
+      }
+    }
     ctx.rv->publish(format("functions-flow.%d", ctx.rank), std::to_string(mine));
     if (ctx.rank == 0) {
       uint64_t relayedSent = 0, forwarded = 0;

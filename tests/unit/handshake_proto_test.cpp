@@ -216,10 +216,27 @@ TEST(HandshakeProto, RejectsLengthAboveMaximum) {
   EXPECT_NE(e.find("length 99999 exceeds 2204"), std::string::npos) << e;
 }
 
-TEST(HandshakeProto, RejectsNonZeroHeaderReserved) {
-  Bytes b = encodeOk(qpMessage(HsType::Hello, 1, 1));
-  b[12] = 1;
-  EXPECT_NE(parseError(b).find("reserved header field"), std::string::npos);
+// Header bytes 12..15: the origin a relay's HELLO names (the relayed connection's sender);
+// 0 in every other message, and refused there, both ways.
+TEST(HandshakeProto, OnlyAHelloNamesAnOrigin) {
+  HsMessage m = qpMessage(HsType::Hello, 1, 1);
+  EXPECT_EQ(parseOk(encodeOk(m)).originAddr, 0u) << "a direct HELLO names none";
+  m.originAddr = 0xc6120001u;  // 198.18.0.1
+  Bytes b = encodeOk(m);
+  EXPECT_EQ(b[12], 0x01);
+  EXPECT_EQ(b[15], 0xc6);
+  EXPECT_EQ(parseOk(b).originAddr, 0xc6120001u);
+  Bytes accept = encodeOk(qpMessage(HsType::Accept, 1, 1));
+  accept[12] = 1;
+  EXPECT_NE(parseError(accept).find("origin header field is 0x1; in ACCEPT it must be 0"), std::string::npos)
+      << parseError(accept);
+  HsMessage ready;
+  ready.type = HsType::Ready;
+  ready.originAddr = 1;
+  Bytes out;
+  std::string error;
+  EXPECT_FALSE(encodeHandshake(ready, &out, &error));
+  EXPECT_NE(error.find("cannot name an origin"), std::string::npos) << error;
 }
 
 TEST(HandshakeProto, RejectsLengthMismatch) {
@@ -308,7 +325,7 @@ TEST(HandshakeProto, RejectsPrefixLengthAbove32) {
 TEST(HandshakeProto, RejectsEveryNonZeroReservedByte) {
   const Bytes good = encodeOk(qpMessage(HsType::Hello, 1, 1));
   // Body byte 2 is the traffic class, reserved (0) unless byte 3 says it is carried.
-  std::vector<size_t> reserved = {12, 13, 14, 15, kBody + 2, kLink0 + 11};
+  std::vector<size_t> reserved = {kBody + 2, kLink0 + 11};  // header 12..15: the origin (above)
   for (size_t i = 24; i < kHsLinkSize; ++i) reserved.push_back(kLink0 + i);
   for (size_t i = 26; i < kHsQpSize; ++i) reserved.push_back(kQp0 + i);
   for (size_t off : reserved) {

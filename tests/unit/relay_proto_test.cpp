@@ -281,8 +281,16 @@ TEST(RelayProto, OpenRoundTripsWithTheTargetHandleAndVisitedRelays) {
     EXPECT_EQ(out.open.request, in.open.request);
     EXPECT_EQ(out.open.hopBudget, 3);
     EXPECT_EQ(out.open.visited, in.open.visited);
+    EXPECT_EQ(out.open.originAddr, 0u) << "not said";
     expectSameHandle(out.open.target, in.open.target);
   }
+  // The sender's address, for the last relay's HELLO to the target (bytes 20..23).
+  RelayMessage in = sampleOpen(1);
+  in.open.originAddr = 0xc6120001u;  // 198.18.0.1
+  Bytes b = encodeOk(in);
+  EXPECT_EQ(b[kRelayHeaderSize + 20], 0x01);
+  EXPECT_EQ(b[kRelayHeaderSize + 23], 0xc6);
+  EXPECT_EQ(parseOk(b).open.originAddr, 0xc6120001u);
   EXPECT_EQ(encodeOk(sampleOpen(kRelayMaxHopBudget)).size(), kRelayMaxOpen);
 }
 
@@ -313,7 +321,7 @@ TEST(RelayProto, OpenRefusals) {
   bad[kRelayHeaderSize + 17] = 2;  // two visited, one present
   EXPECT_EQ(parseError(bad), "relay: OPEN with 2 visited relays is 168 body bytes, got 160");
   bad = b;
-  bad[kRelayHeaderSize + 20] = 1;
+  bad[kRelayHeaderSize + 18] = 1;
   EXPECT_EQ(parseError(bad), "relay: OPEN reserved fields must be 0");
 }
 

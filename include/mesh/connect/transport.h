@@ -43,6 +43,7 @@ class PreparedConn {
 // Per-connection options NCCL can pass at connect time (v10+: traffic class).
 struct ConnOptions {
   int trafficClass = -1;  // the communicator's class; -1: unset (see resolveTrafficClass)
+  uint32_t originAddr = 0;  // a relay's connect: the relayed connection's sender (its HELLO says so)
 };
 
 class Transport {

@@ -248,6 +248,9 @@ class Comm : public PreparedConn {
     flowStats_ = f != nullptr ? f : &sinkFlow_;
   }
   uint32_t peerAddr() const { return peerAddr_; }
+  // A receiver whose sender is a relay: the relayed connection's sender, as the relay's
+  // HELLO named it (0: a direct connection, or a relay that predates the field).
+  uint32_t originAddr() const { return originAddr_; }
   void markOpen() {
     if (open_) return;
     if (flowStats_ == &sinkFlow_) countAs(stats::FlowKind::Direct, peerAddr_, 0, 0);
@@ -361,6 +364,7 @@ class Comm : public PreparedConn {
   bool closed_ = false;
   bool open_ = false;                // markOpen() was called
   uint32_t peerAddr_ = 0;            // the peer's lowest address on the comm's links
+  uint32_t originAddr_ = 0;          // originAddr()
   stats::LinkSlot sinkLink_ = {};    // where counts go when they are not published
   stats::FlowSlot sinkFlow_ = {};
   stats::LinkSlot* linkStats_[kMaxLinks];  // per link; the sink until prepare()

@@ -27,7 +27,9 @@
 //   OPEN (type 2), A → B over TCP:
 //     origin u64 (A's node) | request u64 (A's id for it) | hopBudget u8 (1..15: relays
 //     that may still forward, B included) | nVisited u8 (0..15) | reserved u16 |
-//     reserved u32 | handle [128] (C's listen handle, as NCCL gave it to A: its address
+//     originAddr u32 (A's address towards its first relay, which the last relay names to C
+//     in its HELLO; 0: not said, a first relay then takes the OPEN's source address) |
+//     handle [128] (C's listen handle, as NCCL gave it to A: its address
 //     list, port and token) | nVisited × node u64 (relays already on the path, for loops)
 //   OPEN-REPLY (type 3), B → A over TCP:
 //     request u64 | status u16 (RelayStatus) | hops u8 (relays on the path, B included) |
@@ -102,6 +104,7 @@ const char* relayStatusName(RelayStatus s);
 
 struct RelayOpen {
   NodeId origin = 0;
+  uint32_t originAddr = 0;       // A's address on its first leg (0: not said)
   uint64_t request = 0;
   int hopBudget = 1;             // 1..kRelayMaxHopBudget
   std::vector<NodeId> visited;   // at most kRelayMaxHopBudget

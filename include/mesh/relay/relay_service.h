@@ -75,6 +75,7 @@ struct RelayConnectSettings {
   int timeoutMs = 30000;  // per candidate next hop
   NodeId self = 0;
   NodeId origin = 0;            // a relay forwarding an OPEN: the node that asked first
+  uint32_t originAddr = 0;      // ... and its address, for the last relay's HELLO to C
   std::vector<NodeId> visited;  // relays already on the path (loop guard)
   // How long the connect may wait for the route picture to settle (RouteService::settled)
   // before it picks a path; capped at half of timeoutMs.

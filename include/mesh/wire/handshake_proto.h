@@ -11,7 +11,11 @@
 //
 // Message = Header + body, all little-endian, fixed width:
 //   Header (24 bytes): magic u32 | version u16 | type u16 | length u32 (whole message,
-//                      header included) | reserved u32 (0) | token u64
+//                      header included) | origin u32 | token u64
+//   origin: in a HELLO from a relay, the IPv4 address of the relayed connection's sender
+//           (so the receiver counts the connection as relayed from it); 0 in a direct
+//           HELLO and in every other message. A build that predates it requires 0 there:
+//           a relayed connect to it is refused naming the field (run one version).
 //   HELLO/ACCEPT body: nLinks u8 | qpsPerLink u8 | trafficClass u8 | classes u8 | then
 //                      nLinks × LinkInfo (32 bytes) | then nLinks*qpsPerLink × QpInfo
 //                      (32 bytes), link-major
@@ -77,6 +81,7 @@ struct HsMessage {
   std::vector<HsQp> qps;       // HELLO/ACCEPT: links.size() * qpsPerLink, link-major
   int trafficClass = -1;       // HELLO/ACCEPT: 0..255, both ends' QPs; -1 not carried
   int serviceLevel = -1;       // 0..15 when trafficClass is carried
+  uint32_t originAddr = 0;     // HELLO of a relayed connection: its sender's address; else 0
   std::string reason;          // REJECT
 };
 
