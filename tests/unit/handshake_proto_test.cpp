@@ -216,6 +216,14 @@ TEST(HandshakeProto, RejectsLengthAboveMaximum) {
   EXPECT_NE(e.find("length 99999 exceeds 2204"), std::string::npos) << e;
 }
 
+// Header bytes 12..15 are reserved (0) in every message but a HELLO (below).
+TEST(HandshakeProto, RejectsNonZeroHeaderReserved) {
+  Bytes accept = encodeOk(qpMessage(HsType::Accept, 1, 1));
+  accept[12] = 1;
+  EXPECT_NE(parseError(accept).find("origin header field is 0x1; in ACCEPT it must be 0"), std::string::npos)
+      << parseError(accept);
+}
+
 // Header bytes 12..15: the origin a relay's HELLO names (the relayed connection's sender);
 // 0 in every other message, and refused there, both ways.
 TEST(HandshakeProto, OnlyAHelloNamesAnOrigin) {
@@ -226,10 +234,6 @@ TEST(HandshakeProto, OnlyAHelloNamesAnOrigin) {
   EXPECT_EQ(b[12], 0x01);
   EXPECT_EQ(b[15], 0xc6);
   EXPECT_EQ(parseOk(b).originAddr, 0xc6120001u);
-  Bytes accept = encodeOk(qpMessage(HsType::Accept, 1, 1));
-  accept[12] = 1;
-  EXPECT_NE(parseError(accept).find("origin header field is 0x1; in ACCEPT it must be 0"), std::string::npos)
-      << parseError(accept);
   HsMessage ready;
   ready.type = HsType::Ready;
   ready.originAddr = 1;
