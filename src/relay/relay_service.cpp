@@ -65,7 +65,6 @@ ConnOptions originOptions(uint32_t originAddr) {
 struct RelayService::Session {
   enum class State { Reading, Connecting, Accepting };
   int fd = -1;
-  std::string peer;
   uint32_t peerAddr = 0;  // the OPEN's source address
   std::vector<uint8_t> in;
   RelayOpen open;
@@ -151,7 +150,6 @@ void RelayService::acceptSessions(int lfd) {
     if (fd < 0) return;
     auto s = std::make_unique<Session>();
     s->fd = fd;
-    s->peer = formatIpv4(ntohl(sa.sin_addr.s_addr));
     s->peerAddr = ntohl(sa.sin_addr.s_addr);
     s->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
     sessions_.push_back(std::move(s));
@@ -159,7 +157,7 @@ void RelayService::acceptSessions(int lfd) {
 }
 
 void RelayService::replyError(Session& s, RelayStatus status, const std::string& reason) {
-  MESH_INFO(NCCL_NET, "relay: refused %s's request for %s: %s: %s", s.peer.c_str(), s.target.c_str(),
+  MESH_INFO(NCCL_NET, "relay: refused %s's request for %s: %s: %s", formatIpv4(s.peerAddr).c_str(), s.target.c_str(),
             relayStatusName(status), reason.c_str());
   RelayMessage m;
   m.type = RelayType::OpenReply;
@@ -295,7 +293,7 @@ bool RelayService::stepSession(Session& s) {
       leg->countAs(stats::FlowKind::Forwarded, dest, 0, s.open.originAddr);
       fwd->countAs(stats::FlowKind::Forwarded, dest, 0, s.open.originAddr);
       leg->markOpen();
-      std::string name = s.peer + " -> " + s.target;
+      std::string name = formatIpv4(s.peerAddr) + " -> " + s.target;
       legConn.release();
       s.fwd.release();
       links_.push_back(std::make_unique<RelayLink>(std::unique_ptr<RelayLegComm>(leg),

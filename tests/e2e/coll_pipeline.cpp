@@ -28,21 +28,17 @@ int Pipeline::addConn(void* comm, bool send, const std::string& label) {
 void Pipeline::twin(int primary, int shadow) {
   conns_.at(static_cast<size_t>(primary)).twin = shadow;
   conns_.at(static_cast<size_t>(shadow)).twin = primary;
-  conns_.at(static_cast<size_t>(shadow)).shadow = true;
 }
 
 int Pipeline::addLane(std::vector<Step> steps) {
+  auto add = [this](const Xfer& x) {  // to its connection, and to that one's twin
+    Conn& c = conns_.at(static_cast<size_t>(x.conn));
+    c.items.push_back(x);
+    if (c.twin >= 0) conns_[static_cast<size_t>(c.twin)].items.push_back(x);
+  };
   for (const Step& s : steps) {
-    for (const Xfer& x : s.recvs) {
-      Conn& c = conns_.at(static_cast<size_t>(x.conn));
-      c.items.push_back(x);
-      if (c.twin >= 0) conns_[static_cast<size_t>(c.twin)].items.push_back(x);
-    }
-    for (const Xfer& x : s.sends) {
-      Conn& c = conns_.at(static_cast<size_t>(x.conn));
-      c.items.push_back(x);
-      if (c.twin >= 0) conns_[static_cast<size_t>(c.twin)].items.push_back(x);
-    }
+    for (const Xfer& x : s.recvs) add(x);
+    for (const Xfer& x : s.sends) add(x);
   }
   Lane l;
   l.steps = std::move(steps);
@@ -95,8 +91,8 @@ bool Pipeline::testRequests(Conn& c) {
       fail("%s #%zu: received %zu bytes, expected %zu", c.label.c_str(), i, sizes[0], c.items[i].bytes);
     }
     if (!c.send) c.recvd[slot] = sizes[0];
+    Clock::time_point now = Clock::now();
     if (c.send && c.twin >= 0 && c.dataBytes[slot] > 0) {
-      Clock::time_point now = Clock::now();
       Clock::time_point from = std::max(c.postedAt[slot], c.lastDone);
       double secs = std::chrono::duration<double>(now - from).count();
       double sample = static_cast<double>(c.dataBytes[slot]) / std::max(secs, 1e-6);
@@ -105,7 +101,7 @@ bool Pipeline::testRequests(Conn& c) {
       c.inflight -= c.dataBytes[slot];
     }
     c.ready[slot] = true;
-    c.doneLog.emplace_back(Clock::now(), c.send ? c.items[i].bytes : sizes[0]);
+    c.doneLog.emplace_back(now, c.send ? c.items[i].bytes : sizes[0]);
     moved = true;
   }
   while (c.done < c.posted && c.ready[c.done % kNcclSteps]) ++c.done;
@@ -168,14 +164,15 @@ double Pipeline::score(const Conn& c, size_t bytes, Clock::time_point now) const
   return static_cast<double>(c.inflight + bytes) / rate;
 }
 
+// Posts the zero-byte send connection c owes, if any; false while it is still owed.
+bool Pipeline::payOwed(Conn& c) {
+  if (c.owed && postSend(c, c.items[c.owedItem], 0)) c.owed = false;
+  return !c.owed;
+}
+
 bool Pipeline::sendTwin(Conn& a, const Xfer& x) {
   Conn& b = conns_[static_cast<size_t>(a.twin)];
-  for (Conn* c : {&a, &b}) {
-    if (c->owed) {  // the zero-byte send of the previous item first
-      if (!postSend(*c, c->items[c->owedItem], 0)) return false;
-      c->owed = false;
-    }
-  }
+  if (!payOwed(a) || !payOwed(b)) return false;  // the previous item's zero-byte send first
   if (a.posted - a.consumed >= kNcclSteps || b.posted - b.consumed >= kNcclSteps) return false;
   Clock::time_point now = Clock::now();
   Conn* data = score(a, x.bytes, now) <= score(b, x.bytes, now) ? &a : &b;
@@ -272,10 +269,8 @@ void Pipeline::run(const Deadline& deadline) {
     for (Conn& c : conns_) moved = postReceives(c) || moved;
     for (Lane& l : lanes_) moved = advance(l) || moved;
     for (Conn& c : conns_) {
-      if (c.owed && postSend(c, c.items[c.owedItem], 0)) {
-        c.owed = false;
-        moved = true;
-      }
+      bool owed = c.owed;
+      moved = (payOwed(c) && owed) || moved;
     }
     for (Conn& c : conns_) moved = testRequests(c) || moved;
     bool finished = true;

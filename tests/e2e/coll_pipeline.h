@@ -83,9 +83,8 @@ class Pipeline {
     void* req[kNcclSteps] = {};
     bool ready[kNcclSteps] = {};
     std::vector<std::pair<Clock::time_point, size_t>> doneLog;  // completions()
-    // twin(): the other way, whether this is the shadow, and per way what steers the sender.
+    // twin(): the other way, and per way what steers the sender.
     int twin = -1;
-    bool shadow = false;
     size_t recvd[kNcclSteps] = {};           // receives: bytes the slot's transfer carried
     size_t dataBytes[kNcclSteps] = {};       // sends: bytes of the slot's transfer (0: the zero-byte one)
     Clock::time_point postedAt[kNcclSteps];
@@ -107,6 +106,7 @@ class Pipeline {
   bool advance(Lane& lane);
   bool sendOne(Conn& c, const Xfer& x);
   bool sendTwin(Conn& a, const Xfer& x);
+  bool payOwed(Conn& c);
   bool postSend(Conn& c, const Xfer& x, size_t bytes);
   double score(const Conn& c, size_t bytes, Clock::time_point now) const;
   void apply(const Conn& c, size_t slot, const Xfer& x);

@@ -234,7 +234,6 @@ std::string watchProblems(const std::string& out, int peer, const std::vector<st
   return problems;
 }
 
-// The sum of the tx_bytes of the --json flows of `kind`.
 // The sum of `field` ("tx_bytes" or "rx_bytes") over the flows of `kind` in --json output.
 uint64_t jsonFlowBytes(const std::string& json, const std::string& kind, const std::string& field = "tx_bytes") {
   uint64_t sum = 0;
