@@ -335,6 +335,11 @@ std::vector<Setting> buildTable() {
                   "same one) while every node's view of the cabling agrees; 0 = each connect picks "
                   "by the fallback rule (fewest relays, the process's least used port, node id)",
                   &Config::relayPlan),
+      boolSetting("NCCL_MESH_RELAY_TWIN", "0",
+                  "Relay: 1 = a pair with two equally short ways through different relays (a 4-ring's "
+                  "opposite nodes) connects over both, each send going the way that delivers sooner (NCCL's "
+                  "tree gains, all-to-all loses a little: docs/relay.md); 0 = one relay per connection",
+                  &Config::relayTwin),
       sizeSetting("NCCL_MESH_RELAY_CHUNK", "512K",
                   "Relay: bytes per slot of a relayed connection's staging ring "
                   "at the relay node (K/M/G suffixes, 4K..64M)",

@@ -56,6 +56,7 @@ Request* Comm::allocRequest(Request::Kind kind) {
   r->pending = 0;
   r->n = 1;
   r->viaSizes = false;
+  r->twinned = false;
   return r;
 }
 
@@ -214,7 +215,10 @@ ncclResult_t Comm::createQps() {
 }
 
 ncclResult_t Comm::activate(const HsMessage& remote) {
-  if (!sender_) originAddr_ = remote.originAddr;
+  if (!sender_) {
+    originAddr_ = remote.originAddr;
+    twinLeg_ = remote.twinLeg;
+  }
   MESH_REQUIRE(remote.links.size() == links_.size() && remote.qpsPerLink == settings_.qpsPerLink &&
                    remote.qps.size() == static_cast<size_t>(nqps_),
                ncclRemoteError,
@@ -549,7 +553,10 @@ ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& route
   std::unique_ptr<Comm> comm = makeComm(sender);
   int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
   MESH_CHECK(comm->prepare(routes, tc, local));
-  if (sender) local->originAddr = opts.originAddr;
+  if (sender) {
+    local->originAddr = opts.originAddr;
+    local->twinLeg = opts.twinLeg;
+  }
   *out = std::move(comm);
   return ncclSuccess;
 }

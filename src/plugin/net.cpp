@@ -15,6 +15,7 @@
 #include "mesh/platform/static_state.h"
 #include "mesh/plugin/plugin.h"
 #include "mesh/relay/relay_service.h"
+#include "mesh/relay/relay_twin.h"
 #include "mesh/routing/subnet_routing.h"
 #include "mesh/wire/handle_codec.h"
 
@@ -23,6 +24,7 @@ namespace mesh {
 struct ListenComm {
   int dev = 0;
   std::shared_ptr<Listener> listener;
+  TwinAccept twins;  // legs of a two-relay connection, until both are here
 };
 
 // --- NetTables ------------------------------------------------------------------------------
@@ -98,6 +100,7 @@ void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
     if (kv.second.kind == Kind::Listen) {
       auto* lc = static_cast<ListenComm*>(comm);
       plugin->handshakerFor(lc->dev)->closeListener(lc->listener);
+      lc->twins.clear(plugin->handshaker());
       delete lc;
     } else if (kv.second.kind == Kind::Send) {
       closeComm(static_cast<SendComm*>(comm));  // NCCL holds the SendComm*/RecvComm* as void*
@@ -122,18 +125,6 @@ ncclResult_t handshakerFor(int dev, Handshaker** out) {
   return ncclSuccess;
 }
 
-// Test-only (MESH_TEST_RELAY_ROTATE=1, read by coll-bench --twin-relays): the k-th relayed
-// connect of this process to a target starts at its k-th relay candidate (mod their count),
-// so that two connections to one peer go through both relays of a ring. 0 otherwise.
-size_t relayTurnForTests(const Handle& handle) {
-  static const bool rotate = getenv("MESH_TEST_RELAY_ROTATE") != nullptr;
-  if (!rotate || handle.addrs.empty()) return 0;
-  static std::mutex m;
-  static std::map<uint32_t, size_t> counts;
-  std::lock_guard<std::mutex> lock(m);
-  return counts[handle.addrs[0].addr]++;
-}
-
 // A direct connect over the cables to the peer; with none and NCCL_MESH_RELAY=auto, a
 // relayed one through the neighbours the route table names (mesh/relay/relay_service.h).
 ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const ConnOptions& opts,
@@ -146,13 +137,12 @@ ncclResult_t startConnect(Handshaker* hs, int dev, const Handle& handle, const C
     MESH_WARN("connect: %s (NCCL_MESH_RELAY=off: pairs without a cable are not relayed)", route.error.c_str());
     return ncclSystemError;
   }
-  size_t turn = relayTurnForTests(handle);
-  auto lookup = [nics, addrs = handle.addrs, turn](bool mayWait) {
-    std::vector<NextHop> c = Plugin::instance().relayCandidates(addrs, nics, 0, {}, mayWait);
-    if (turn > 0 && c.size() > 1) std::rotate(c.begin(), c.begin() + static_cast<long>(turn % c.size()), c.end());
-    return c;
+  auto lookup = [nics, addrs = handle.addrs](bool mayWait) {
+    return Plugin::instance().relayCandidates(addrs, nics, 0, {}, mayWait);
   };
-  out->relay = std::make_shared<RelayConnector>(hs, nics, handle, lookup, opts, plugin.relayConnectSettings());
+  // Over two relays where two ways are as short (NCCL_MESH_RELAY_TWIN=1; relay_twin.h).
+  out->relay = std::make_shared<TwinConnector>(hs, nics, handle, lookup, opts, plugin.relayConnectSettings(),
+                                               plugin.config().relayTwin);
   return ncclSuccess;
 }
 
@@ -204,13 +194,9 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
   MESH_CHECK(r);
   *out = static_cast<SendComm*>(conn.release());
   if (*out != nullptr) {
-    if (pending.relay != nullptr) {
-      uint32_t peer = h.addrs.empty() ? 0 : h.addrs[0].addr;
-      (*out)->countAs(stats::FlowKind::Relayed, peer, pending.relay->viaAddr(), 0);
-    }
-    (*out)->markOpen();
+    (*out)->markOpen();  // a relayed one was counted as relayed by its connector
     stats::Publisher::event(stats::kConnects);
-    tables.remember(*out, NetTables::Kind::Send, (*out)->localPorts());
+    tables.remember(*out, NetTables::Kind::Send, (*out)->twin() != nullptr ? (*out)->twin()->localPorts() : (*out)->localPorts());
   }
   return ncclSuccess;
 }
@@ -218,14 +204,28 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
 ncclResult_t netAccept(ListenComm* listen, RecvComm** out) {
   *out = nullptr;
   std::unique_ptr<PreparedConn> conn;
-  ncclResult_t r = Plugin::instance().handshakerFor(listen->dev)->pollAccept(listen->listener, &conn);
-  if (r != ncclSuccess) stats::Publisher::event(stats::kConnectFails);
-  MESH_CHECK(r);
-  *out = static_cast<RecvComm*>(conn.release());
+  Handshaker* hs = Plugin::instance().handshakerFor(listen->dev);
+  std::unique_ptr<PreparedConn> ready;
+  // Legs of a two-relay connection come as two accepts; NCCL gets one comm for both.
+  for (int guard = 0; guard < 4 && ready == nullptr; ++guard) {
+    ncclResult_t r = hs->pollAccept(listen->listener, &conn);
+    if (r != ncclSuccess) stats::Publisher::event(stats::kConnectFails);
+    MESH_CHECK(r);
+    if (conn == nullptr) break;
+    listen->twins.take(hs, std::move(conn), &ready);
+  }
+  if (ready == nullptr) listen->twins.dropDead(hs);
+  *out = static_cast<RecvComm*>(ready.release());
   if (*out != nullptr) {
     // From a relay: counted as relayed from the sender through that relay, as the sender
     // counts it (without the origin it would read as direct from the relay node).
-    if ((*out)->originAddr() != 0) {
+    if (TwinComm* t = (*out)->twin()) {
+      for (int i = 0; i < 2; ++i) {
+        Comm* c = t->leg(i);
+        c->countAs(stats::FlowKind::Relayed, c->originAddr(), c->peerAddr(), 0);
+        c->markOpen();
+      }
+    } else if ((*out)->originAddr() != 0) {
       (*out)->countAs(stats::FlowKind::Relayed, (*out)->originAddr(), (*out)->peerAddr(), 0);
     }
     (*out)->markOpen();
@@ -246,8 +246,9 @@ ncclResult_t netRegMr(void* comm, void* data, size_t size, int type, int dmabufF
   std::vector<int> devices;
   NetTables::Kind k;
   if (Plugin::instance().tables().isDataComm(comm, &k)) {
-    devices = k == NetTables::Kind::Send ? static_cast<const SendComm*>(comm)->deviceIndexes()
-                                         : static_cast<const RecvComm*>(comm)->deviceIndexes();
+    const Comm* c = k == NetTables::Kind::Send ? static_cast<const Comm*>(static_cast<const SendComm*>(comm))
+                                               : static_cast<const Comm*>(static_cast<const RecvComm*>(comm));
+    devices = c->twin() != nullptr ? c->twin()->deviceIndexes() : c->deviceIndexes();  // both legs'
   }
   return reg->reg(data, size, kind, dmabufFd, offset, devices, out);
 }
@@ -259,16 +260,19 @@ ncclResult_t netDeregMr(MrHandle* handle) {
 }
 
 ncclResult_t netIsend(SendComm* comm, void* data, size_t size, int tag, MrHandle* mh, Request** out) {
+  if (TwinComm* t = comm->twin()) return t->isend(data, size, tag, mh, out);
   return comm->isend(data, size, tag, mh, out);
 }
 
 ncclResult_t netIrecv(RecvComm* comm, int n, void** data, const size_t* sizes, const int* tags,
                       MrHandle* const* mh, Request** out) {
+  if (TwinComm* t = comm->twin()) return t->irecv(n, data, sizes, tags, mh, out);
   return comm->irecv(n, data, sizes, tags, mh, out);
 }
 
 ncclResult_t netIflush(RecvComm* comm, int n, void** data, const int* sizes, MrHandle* const* mh,
                        Request** out) {
+  if (TwinComm* t = comm->twin()) return t->iflush(n, data, sizes, mh, out);
   return comm->iflush(n, data, sizes, mh, out);
 }
 
@@ -276,14 +280,21 @@ ncclResult_t netTest(Request* req, int* done, size_t* sizes, int* count) {
   MESH_REQUIRE(req->comm != nullptr && req->kind != Request::Kind::Free, ncclInvalidUsage,
                "test: request is not in flight (already completed?)");
   *count = req->n;
+  if (req->twinned) return req->comm->twin()->test(req, done, sizes);
   return req->comm->test(req, done, sizes);
 }
 
 namespace {
 ncclResult_t closeComm(Comm* comm) {
   stats::Publisher::event(stats::kCloses);
+  Handshaker* hs = Plugin::instance().handshaker();
+  if (TwinComm* t = comm->twin()) {  // a two-relay connection: its second leg first
+    discardComm(hs, t->releaseSecond());
+    comm->setTwin(nullptr);
+    delete t;
+  }
   comm->close();
-  if (Handshaker* hs = Plugin::instance().handshaker()) hs->closeControl(comm->control);
+  if (hs != nullptr) hs->closeControl(comm->control);
   delete comm;
   return ncclSuccess;
 }
@@ -302,6 +313,7 @@ ncclResult_t netCloseRecv(RecvComm* comm) {
 ncclResult_t netCloseListen(ListenComm* comm) {
   MESH_CHECK(Plugin::instance().tables().forget(comm, NetTables::Kind::Listen, "closeListen"));
   Plugin::instance().handshakerFor(comm->dev)->closeListener(comm->listener);
+  comm->twins.clear(Plugin::instance().handshaker());
   delete comm;
   return ncclSuccess;
 }

@@ -82,6 +82,11 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
     if (state_ == State::Failed) {
       std::string all;
       for (const std::string& t : tried_) all += "; " + t;
+      if (opts_.twinLeg != 0) {  // the two-relay connect falls back to one relay (relay_twin.h)
+        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: leg %d of a two-relay connection to %s did not come up%s", opts_.twinLeg,
+                  addrList(target_.addrs).c_str(), all.c_str());
+        return ncclSystemError;
+      }
       MESH_WARN("connect to %s: no cable to it, and no relay took the connection%s%s", addrList(target_.addrs).c_str(),
                 "", all.c_str());
       return ncclSystemError;
@@ -133,7 +138,8 @@ ncclResult_t RelayConnector::stepCandidate() {
       if (index_ >= candidates_.size()) {
         // Every candidate failed. Until the connect timeout, ask again every 100 ms: a
         // neighbour's relay may not be listening yet, or its staging memory may free up.
-        if (now >= routeDeadline_ || candidates_.empty()) {
+        // A two-relay leg does not wait: its connect falls back to one relay, which does.
+        if (now >= routeDeadline_ || candidates_.empty() || opts_.twinLeg != 0) {
           state_ = State::Failed;
           return ncclSuccess;
         }
@@ -173,6 +179,7 @@ ncclResult_t RelayConnector::stepCandidate() {
       m.type = RelayType::Open;
       m.open.origin = settings_.origin != 0 ? settings_.origin : settings_.self;
       m.open.originAddr = settings_.originAddr != 0 ? settings_.originAddr : local;
+      m.open.twinLeg = opts_.twinLeg;
       m.open.visited = settings_.visited;
       m.open.request = request_;
       m.open.hopBudget = std::max(1, std::min(settings_.maxHops, kRelayMaxHopBudget));
@@ -241,7 +248,10 @@ ncclResult_t RelayConnector::stepCandidate() {
         nextCandidate("no cable to the relay's leg addresses: " + route.error);
         return ncclSuccess;
       }
-      if (hs_->startConnect(m.reply.leg, route.routes, opts_, &leg_) != ncclSuccess) {
+      ConnOptions legOpts = opts_;
+      legOpts.twinLeg = 0;  // the relay's leg is a plain connection; the OPEN named the leg
+      legOpts.originAddr = 0;
+      if (hs_->startConnect(m.reply.leg, route.routes, legOpts, &leg_) != ncclSuccess) {
         nextCandidate("cannot start the leg's handshake");
         return ncclSuccess;
       }

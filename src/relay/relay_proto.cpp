@@ -45,7 +45,8 @@ constexpr size_t kOpenOrigin = 0;
 constexpr size_t kOpenRequest = 8;
 constexpr size_t kOpenBudget = 16;
 constexpr size_t kOpenVisited = 17;
-constexpr size_t kOpenReserved16 = 18;
+constexpr size_t kOpenTwinLeg = 18;
+constexpr size_t kOpenReserved8 = 19;
 constexpr size_t kOpenOriginAddr = 20;
 static_assert(kOpenOriginAddr + 4 == kRelayOpenPrefix, "OPEN prefix fields must tile it");
 
@@ -285,6 +286,7 @@ bool readHello(const uint8_t* body, size_t len, NodeHello* h, HelloTopology* t, 
 
 bool checkOpen(const RelayOpen& o, std::string* error) {
   if (o.origin == 0) return fail(error, "OPEN from node 0 (reserved)");
+  if (o.twinLeg < 0 || o.twinLeg > 2) return fail(error, "OPEN names two-relay leg " + std::to_string(o.twinLeg) + " (0..2)");
   if (o.hopBudget < 1 || o.hopBudget > kRelayMaxHopBudget) {
     return fail(error, "OPEN hop budget " + std::to_string(o.hopBudget) + " (1.." + str(kRelayMaxHopBudget) + ")");
   }
@@ -298,7 +300,8 @@ bool checkOpen(const RelayOpen& o, std::string* error) {
 bool readOpen(const uint8_t* body, size_t len, RelayOpen* o, std::string* error) {
   if (len < kRelayOpenPrefix + kHandleSize) return fail(error, "OPEN body of " + str(len) + " bytes is truncated");
   size_t nVisited = body[kOpenVisited];
-  if (getLe(body + kOpenReserved16, 2) != 0) return fail(error, "OPEN reserved fields must be 0");
+  if (body[kOpenReserved8] != 0) return fail(error, "OPEN reserved fields must be 0");
+  if (body[kOpenTwinLeg] > 2) return fail(error, "OPEN names two-relay leg " + str(body[kOpenTwinLeg]) + " (0..2)");
   size_t want = kRelayOpenPrefix + kHandleSize + nVisited * sizeof(uint64_t);
   if (len != want) {
     return fail(error, "OPEN with " + str(nVisited) + " visited relays is " + str(want) + " body bytes, got " + str(len));
@@ -306,6 +309,7 @@ bool readOpen(const uint8_t* body, size_t len, RelayOpen* o, std::string* error)
   o->origin = getLe(body + kOpenOrigin, 8);
   o->request = getLe(body + kOpenRequest, 8);
   o->originAddr = static_cast<uint32_t>(getLe(body + kOpenOriginAddr, 4));
+  o->twinLeg = body[kOpenTwinLeg];
   o->hopBudget = body[kOpenBudget];
   std::string handleError;
   if (!decodeHandle(body + kRelayOpenPrefix, kHandleSize, &o->target, &handleError)) {
@@ -403,6 +407,7 @@ bool encodeRelay(const RelayMessage& msg, std::vector<uint8_t>* out, std::string
       putLe(body + kOpenOrigin, o.origin, 8);
       putLe(body + kOpenRequest, o.request, 8);
       putLe(body + kOpenOriginAddr, o.originAddr, 4);
+      putLe(body + kOpenTwinLeg, static_cast<uint64_t>(o.twinLeg), 1);
       putLe(body + kOpenBudget, static_cast<uint64_t>(o.hopBudget), 1);
       putLe(body + kOpenVisited, o.visited.size(), 1);
       std::string handleError;

@@ -55,9 +55,10 @@ std::unique_ptr<Comm> RelayTransport::makeComm(bool sender) const {
 
 namespace {
 // A relay's connect to C: its HELLO names the relayed connection's sender.
-ConnOptions originOptions(uint32_t originAddr) {
+ConnOptions originOptions(uint32_t originAddr, int twinLeg) {
   ConnOptions o;
   o.originAddr = originAddr;
+  o.twinLeg = twinLeg;
   return o;
 }
 }  // namespace
@@ -242,8 +243,8 @@ bool RelayService::stepSession(Session& s) {
         s.onward = std::make_unique<RelayConnector>(
             hs_.get(), nics_, s.open.target,
             [lookup, addrs, origin, exclude](bool mayWait) { return lookup(addrs, origin, exclude, mayWait); },
-            ConnOptions(), cs);
-      } else if (hs_->startConnect(s.open.target, route.routes, originOptions(s.open.originAddr), &s.toC) !=
+            originOptions(0, s.open.twinLeg), cs);
+      } else if (hs_->startConnect(s.open.target, route.routes, originOptions(s.open.originAddr, s.open.twinLeg), &s.toC) !=
                  ncclSuccess) {
         return end(RelayStatus::PeerRefused, "cannot start the connection to the target (see the relay's log)");
       }

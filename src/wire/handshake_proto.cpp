@@ -23,7 +23,9 @@ constexpr size_t kOffTrafficClass = 2;
 constexpr size_t kOffClasses = 3;
 static_assert(kOffClasses + 1 == kHsBodyPrefixSize, "prefix fields must tile the prefix");
 constexpr uint8_t kClassesCarried = 0x80;  // bit 7 of `classes`
-constexpr uint8_t kClassesReserved = 0x70;
+constexpr uint8_t kClassesReserved = 0x40;
+constexpr uint8_t kClassesTwinShift = 4;   // bits 4..5: HELLO of a two-relay connection's leg (1 or 2)
+constexpr uint8_t kClassesTwinMask = 0x30;
 constexpr uint8_t kMaxServiceLevel = 15;
 
 // LinkInfo offsets. The fields the header lists end at 24; the last 8 bytes are reserved
@@ -178,6 +180,10 @@ bool checkEncodable(const HsMessage& msg, std::string* error) {
   if (msg.originAddr != 0 && msg.type != HsType::Hello) {
     return fail(error, std::string(typeName(msg.type)) + " cannot name an origin (only a relay's HELLO does)");
   }
+  if (msg.twinLeg < 0 || msg.twinLeg > 2 || (msg.twinLeg != 0 && msg.type != HsType::Hello)) {
+    return fail(error, std::string(typeName(msg.type)) + " cannot be leg " + std::to_string(msg.twinLeg) +
+                           " of a two-relay connection (only a HELLO names leg 1 or 2)");
+  }
   if (!carriesQps(msg.type)) return true;
   size_t qpsPerLink = msg.qpsPerLink < 0 ? 0 : static_cast<size_t>(msg.qpsPerLink);
   if (!checkCounts(msg.type, msg.links.size(), qpsPerLink, error)) return false;
@@ -204,9 +210,16 @@ bool checkEncodable(const HsMessage& msg, std::string* error) {
 bool getClasses(const uint8_t* prefix, HsMessage* msg, std::string* error) {
   uint8_t tc = prefix[kOffTrafficClass];
   uint8_t classes = prefix[kOffClasses];
+  int twin = (classes & kClassesTwinMask) >> kClassesTwinShift;
+  classes = static_cast<uint8_t>(classes & ~kClassesTwinMask);
   if ((classes & kClassesReserved) != 0 || (!(classes & kClassesCarried) && (classes != 0 || tc != 0))) {
     return fail(error, std::string(typeName(msg->type)) + " has non-zero reserved bytes after the counts");
   }
+  if (twin == 3 || (twin != 0 && msg->type != HsType::Hello)) {
+    return fail(error, std::string(typeName(msg->type)) + " names two-relay leg " + std::to_string(twin) +
+                           " (only a HELLO may, as leg 1 or 2)");
+  }
+  msg->twinLeg = twin;
   if (classes & kClassesCarried) {
     msg->trafficClass = tc;
     msg->serviceLevel = classes & 0x0f;
@@ -328,6 +341,7 @@ bool encodeHandshake(const HsMessage& msg, std::vector<uint8_t>* out, std::strin
       p[kOffTrafficClass] = static_cast<uint8_t>(msg.trafficClass);
       p[kOffClasses] = static_cast<uint8_t>(kClassesCarried | msg.serviceLevel);
     }
+    p[kOffClasses] = static_cast<uint8_t>(p[kOffClasses] | (msg.twinLeg << kClassesTwinShift));
     p += kHsBodyPrefixSize;
     for (const HsLink& link : msg.links) {
       putLink(p, link);

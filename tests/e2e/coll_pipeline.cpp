@@ -25,20 +25,10 @@ int Pipeline::addConn(void* comm, bool send, const std::string& label) {
   return static_cast<int>(conns_.size()) - 1;
 }
 
-void Pipeline::twin(int primary, int shadow) {
-  conns_.at(static_cast<size_t>(primary)).twin = shadow;
-  conns_.at(static_cast<size_t>(shadow)).twin = primary;
-}
-
 int Pipeline::addLane(std::vector<Step> steps) {
-  auto add = [this](const Xfer& x) {  // to its connection, and to that one's twin
-    Conn& c = conns_.at(static_cast<size_t>(x.conn));
-    c.items.push_back(x);
-    if (c.twin >= 0) conns_[static_cast<size_t>(c.twin)].items.push_back(x);
-  };
   for (const Step& s : steps) {
-    for (const Xfer& x : s.recvs) add(x);
-    for (const Xfer& x : s.sends) add(x);
+    for (const Xfer& x : s.recvs) conns_.at(static_cast<size_t>(x.conn)).items.push_back(x);
+    for (const Xfer& x : s.sends) conns_.at(static_cast<size_t>(x.conn)).items.push_back(x);
   }
   Lane l;
   l.steps = std::move(steps);
@@ -87,21 +77,11 @@ bool Pipeline::testRequests(Conn& c) {
     ctx_.net.check(ctx_.net->test(c.req[slot], &done, sizes, 1), "test",
                    format("%s #%zu (%s)", c.label.c_str(), i, c.send ? "isend" : "irecv"));
     if (!done) continue;
-    if (!c.send && c.twin < 0 && sizes[0] != c.items[i].bytes) {
+    if (!c.send && sizes[0] != c.items[i].bytes) {
       fail("%s #%zu: received %zu bytes, expected %zu", c.label.c_str(), i, sizes[0], c.items[i].bytes);
     }
-    if (!c.send) c.recvd[slot] = sizes[0];
-    Clock::time_point now = Clock::now();
-    if (c.send && c.twin >= 0 && c.dataBytes[slot] > 0) {
-      Clock::time_point from = std::max(c.postedAt[slot], c.lastDone);
-      double secs = std::chrono::duration<double>(now - from).count();
-      double sample = static_cast<double>(c.dataBytes[slot]) / std::max(secs, 1e-6);
-      c.rate = c.rate == 0 ? sample : 0.7 * c.rate + 0.3 * sample;
-      c.lastDone = now;
-      c.inflight -= c.dataBytes[slot];
-    }
     c.ready[slot] = true;
-    c.doneLog.emplace_back(now, c.send ? c.items[i].bytes : sizes[0]);
+    c.doneLog.emplace_back(Clock::now(), c.send ? c.items[i].bytes : sizes[0]);
     moved = true;
   }
   while (c.done < c.posted && c.ready[c.done % kNcclSteps]) ++c.done;
@@ -122,84 +102,18 @@ void Pipeline::apply(const Conn& c, size_t slot, const Xfer& x) {
 
 // A send copies its slice into the next slot (once 8 are in flight it waits) and posts it.
 bool Pipeline::sendOne(Conn& c, const Xfer& x) {
-  if (c.twin >= 0) return sendTwin(c, x);
   if (c.posted - c.consumed >= kNcclSteps) return false;
-  return postSend(c, x, x.bytes);
-}
-
-bool Pipeline::postSend(Conn& c, const Xfer& x, size_t bytes) {
   size_t slot = c.posted % kNcclSteps;
   void* buf = c.staging.data() + slot * slotBytes_;
-  if (bytes > 0) memcpy(buf, data_ + x.off, bytes);
+  memcpy(buf, data_ + x.off, x.bytes);
   void* req = nullptr;
-  ctx_.net.check(ctx_.net->isend(c.comm, buf, bytes, 0, c.mh, &req), "isend",
-                 format("%s #%zu (%zu bytes)", c.label.c_str(), c.posted, bytes));
+  ctx_.net.check(ctx_.net->isend(c.comm, buf, x.bytes, 0, c.mh, &req), "isend",
+                 format("%s #%zu (%zu bytes)", c.label.c_str(), c.posted, x.bytes));
   if (req == nullptr) return false;  // the receiver has not posted yet: NCCL retries
   c.req[slot] = req;
   c.ready[slot] = false;
-  c.dataBytes[slot] = bytes;
-  c.postedAt[slot] = Clock::now();
-  if (c.twin >= 0 && bytes > 0) {
-    c.inflight += bytes;
-    ++c.legData;
-  }
   ++c.posted;
   return true;
-}
-
-// Expected seconds until `bytes` more would be through this way: what it holds plus them, at
-// the rate it delivered lately, or at what its oldest transfer in flight shows it does now.
-double Pipeline::score(const Conn& c, size_t bytes, Clock::time_point now) const {
-  double rate = c.rate;
-  if (c.inflight > 0 && c.done < c.posted) {
-    size_t slot = c.done % kNcclSteps;
-    Clock::time_point from = std::max(c.postedAt[slot], c.lastDone);
-    double waited = std::chrono::duration<double>(now - from).count();
-    size_t oldest = c.dataBytes[slot] > 0 ? c.dataBytes[slot] : bytes;
-    if (waited > 0 && rate > 0) rate = std::min(rate, static_cast<double>(oldest) / waited);
-  }
-  if (rate == 0) return static_cast<double>(c.inflight) * 1e-12;  // untried: take it
-  // Idle a long time: the congestion that made it slow may be gone; try it again.
-  if (c.inflight == 0 && std::chrono::duration<double>(now - c.lastDone).count() > 0.5) return 0;
-  return static_cast<double>(c.inflight + bytes) / rate;
-}
-
-// Posts the zero-byte send connection c owes, if any; false while it is still owed.
-bool Pipeline::payOwed(Conn& c) {
-  if (c.owed && postSend(c, c.items[c.owedItem], 0)) c.owed = false;
-  return !c.owed;
-}
-
-bool Pipeline::sendTwin(Conn& a, const Xfer& x) {
-  Conn& b = conns_[static_cast<size_t>(a.twin)];
-  if (!payOwed(a) || !payOwed(b)) return false;  // the previous item's zero-byte send first
-  if (a.posted - a.consumed >= kNcclSteps || b.posted - b.consumed >= kNcclSteps) return false;
-  Clock::time_point now = Clock::now();
-  Conn* data = score(a, x.bytes, now) <= score(b, x.bytes, now) ? &a : &b;
-  Conn* other = data == &a ? &b : &a;
-  size_t item = data->posted;
-  if (!postSend(*data, x, x.bytes)) return false;
-  if (!postSend(*other, x, 0)) {
-    other->owed = true;
-    other->owedItem = item;
-  }
-  return true;
-}
-
-std::string Pipeline::idleTwin() const {
-  for (const Conn& c : conns_) {
-    if (c.twin >= 0 && c.send && c.items.size() >= 2 && c.legData == 0) return c.label;
-  }
-  return "";
-}
-
-std::string Pipeline::twinReport() const {
-  std::string out;
-  for (const Conn& c : conns_) {
-    if (c.twin < 0 || !c.send) continue;
-    out += format(" [%s: %zu data]", c.label.c_str(), c.legData);
-  }
-  return out;
 }
 
 // Runs the lane's current step as far as it can: its receives (each the next one its
@@ -213,28 +127,9 @@ bool Pipeline::advance(Lane& lane) {
       for (const Xfer& x : s.recvs) {
         const Conn& c = conns_[static_cast<size_t>(x.conn)];
         if (c.done <= c.consumed) return moved;  // its receive has not completed yet
-        if (c.twin >= 0) {
-          const Conn& t = conns_[static_cast<size_t>(c.twin)];
-          if (t.done <= t.consumed) return moved;
-        }
       }
       for (const Xfer& x : s.recvs) {
         Conn& c = conns_[static_cast<size_t>(x.conn)];
-        if (c.twin >= 0) {
-          Conn& t = conns_[static_cast<size_t>(c.twin)];
-          size_t cs = c.consumed % kNcclSteps, ts = t.consumed % kNcclSteps;
-          if (c.recvd[cs] + t.recvd[ts] != x.bytes) {
-            fail("%s: twin receives carried %zu + %zu bytes, expected %zu", c.label.c_str(), c.recvd[cs], t.recvd[ts], x.bytes);
-          }
-          if (c.recvd[cs] == x.bytes) {
-            apply(c, cs, x);
-          } else {
-            apply(t, ts, x);
-          }
-          ++c.consumed;
-          ++t.consumed;
-          continue;
-        }
         apply(c, c.consumed % kNcclSteps, x);
         ++c.consumed;
       }
@@ -257,8 +152,6 @@ void Pipeline::run(const Deadline& deadline) {
   for (Conn& c : conns_) {
     c.posted = c.done = c.consumed = 0;
     c.doneLog.clear();
-    c.inflight = 0;
-    c.owed = false;
   }
   for (Lane& l : lanes_) {
     l.cur = l.sent = 0;
@@ -268,10 +161,6 @@ void Pipeline::run(const Deadline& deadline) {
     bool moved = false;
     for (Conn& c : conns_) moved = postReceives(c) || moved;
     for (Lane& l : lanes_) moved = advance(l) || moved;
-    for (Conn& c : conns_) {
-      bool owed = c.owed;
-      moved = (payOwed(c) && owed) || moved;
-    }
     for (Conn& c : conns_) moved = testRequests(c) || moved;
     bool finished = true;
     for (const Lane& l : lanes_) finished = finished && l.cur == l.steps.size();

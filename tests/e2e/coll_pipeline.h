@@ -44,14 +44,6 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   int addConn(void* comm, bool send, const std::string& label);
-  // Connection `shadow` is a second way (through the other relay) for `primary`, as a
-  // connection striped over two relays would be (the prototype of docs/DESIGN-notes.md,
-  // "What the next step must meet"): every transfer of `primary` goes whole over one of the
-  // two, the one whose recent rate promises it through sooner (score()), and a zero-byte
-  // transfer over the other, so both receive queues advance together; a receive is done when
-  // both are, and its data is the one that carried bytes. Before the lanes are added; lanes
-  // name only `primary`.
-  void twin(int primary, int shadow);
   int addLane(std::vector<Step> steps);
   // Runs every lane to its end and waits for every send; throws Failure on an error or at
   // the deadline. Completion times are kept per connection (completions).
@@ -65,11 +57,6 @@ class Pipeline {
   // transfers). A few when connections share the cables' turns; tens when one direction of a
   // cable waits for the other.
   size_t longestStreak() const;
-  // Twinned sends: how many data transfers each way carried, e.g. " [label: 100 data] ...".
-  std::string twinReport() const;
-  // A twinned send connection of two transfers or more that carried no data (the sender
-  // never tried that way), or "" (counts over every run so far).
-  std::string idleTwin() const;
 
  private:
   struct Conn {
@@ -83,17 +70,6 @@ class Pipeline {
     void* req[kNcclSteps] = {};
     bool ready[kNcclSteps] = {};
     std::vector<std::pair<Clock::time_point, size_t>> doneLog;  // completions()
-    // twin(): the other way, and per way what steers the sender.
-    int twin = -1;
-    size_t recvd[kNcclSteps] = {};           // receives: bytes the slot's transfer carried
-    size_t dataBytes[kNcclSteps] = {};       // sends: bytes of the slot's transfer (0: the zero-byte one)
-    Clock::time_point postedAt[kNcclSteps];
-    size_t inflight = 0;                     // data bytes posted, not yet complete
-    double rate = 0;                         // bytes/s, moving average over completed data sends (0: none yet)
-    Clock::time_point lastDone;
-    bool owed = false;                       // the zero-byte send of item owedItem waits to be posted
-    size_t owedItem = 0;
-    size_t legData = 0;                      // data transfers this way carried (twinReport)
   };
   struct Lane {
     std::vector<Step> steps;
@@ -105,10 +81,6 @@ class Pipeline {
   bool testRequests(Conn& c);
   bool advance(Lane& lane);
   bool sendOne(Conn& c, const Xfer& x);
-  bool sendTwin(Conn& a, const Xfer& x);
-  bool payOwed(Conn& c);
-  bool postSend(Conn& c, const Xfer& x, size_t bytes);
-  double score(const Conn& c, size_t bytes, Clock::time_point now) const;
   void apply(const Conn& c, size_t slot, const Xfer& x);
 
   Context& ctx_;

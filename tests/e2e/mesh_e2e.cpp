@@ -43,11 +43,12 @@ const ScenarioInfo kScenarios[] = {
      "[--pairs 4] [--count 262144] [--iters 2]  ring all-reduce, exact check"},
     {"links", runLinks, {"size", "min-share"},
      "[--size 4M] [--min-share 0.1]  2 nodes, vmesh --links 2: striping on both rxe devices"},
-    {"functions", runFunctions, {"count", "tolerance", "relayed", "watch"},
+    {"functions", runFunctions, {"count", "tolerance", "relayed", "watch", "two-relays"},
      "[--count 24] [--tolerance 0.1]  fabric-net --functions 2: every function of every cable end\n"
      "                  carries an equal share both ways (per-device byte counters), data exact\n"
      "                  [--relayed]  4-node ring, NCCL_MESH_RELAY=auto: ranks 0 <-> 2 through a relay,\n"
-     "                  every function of both legs an equal share\n"
+     "                  every function of both legs an equal share; [--two-relays] (NCCL_MESH_RELAY_TWIN=1)\n"
+     "                  both relays and both of rank 0's cables carry it\n"
      "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
      "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
      "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
@@ -56,11 +57,9 @@ const ScenarioInfo kScenarios[] = {
      "                  [--warmup 1] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
      "                  pipelined as NCCL runs them (8 slots per connection), busbw and, with --ceiling, the\n"
      "                  cabling's bound; data exact; streak= the most transfers one connection completed while\n"
-     "                  another with work left completed none (--max-streak fails above N); --twin-relays (tree,\n"
-     "                  alltoall; MESH_TEST_RELAY_ROTATE=1 on every node): each relayed pair gets a connection\n"
-     "                  through each relay, a transfer goes whole over the one whose recent rate promises it\n"
-     "                  sooner and a zero-byte one over the other (the two-relay prototype); twins= the data\n"
-     "                  transfers each way carried"},
+     "                  another with work left completed none (--max-streak fails above N); --twin-relays\n"
+     "                  (NCCL_MESH_RELAY_TWIN=1 on every node): every connection to an uncabled peer must have\n"
+     "                  gone over two relays"},
     {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
      "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
     {"link-down", runLinkDown, {"size", "after", "bound"},
@@ -82,11 +81,13 @@ const ScenarioInfo kScenarios[] = {
     {"fork", runFork, {"iters", "size"},
      "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
     {"relay", runRelay, {"big", "messages", "outstanding", "check-relay-netdevs", "netdev-bytes", "patterns",
-                         "count", "alltoall-bytes", "iters"},
+                         "count", "alltoall-bytes", "iters", "twins"},
      "[--big 64M] [--messages 1000] [--outstanding 32]  >= 2 nodes, any topology (ring/line: relayed\n"
      "                  pairs): every ordered pair byte-exact; ip_forward must be 0\n"
      "                  [--check-relay-netdevs] [--netdev-bytes 4M]  lab ring/line: rank 0 -> rank 2's\n"
      "                  bytes crossed the relay's netdevs from rank 0 and to rank 2\n"
+     "                  [--twins N]  N of this rank's relayed connects went over two relays and N of its\n"
+     "                  relayed receives were accepted as two legs (NCCL_MESH_RELAY_TWIN=1)\n"
      "                  [--patterns LIST [--count N] [--alltoall-bytes B] [--iters I]]  then `patterns` on\n"
      "                  the same comms"},
     {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters", "ring-first", "check-port-range"},

@@ -92,18 +92,19 @@ class CollBench {
       for (int p : otherRanks(ctx_)) peers.insert(p);
       count = 1;
     }
-    if (twins_) count *= 2;  // connections 2k and 2k+1: one through each relay
     comms_.peers.assign(peers.begin(), peers.end());
     size_t mark = ctx_.net.logSize();
     comms_.table = establish(ctx_, {comms_.peers, comms_.peers, count, "coll-" + algo_}, ctx_.deadline);
     if (twins_) {
-      std::map<int, std::set<int>> vias;
-      for (const RelayedConnect& rc : relayedConnects(ctx_, mark)) vias[rc.target].insert(rc.via);
-      for (const auto& kv : vias) {
-        if (kv.second.size() < 2) {
-          fail("--twin-relays: every connection to rank %d went through one relay (is MESH_TEST_RELAY_ROTATE=1 set on "
-               "every node?)", kv.first);
-        }
+      // --twin-relays (NCCL_MESH_RELAY_TWIN=1): every connection to an uncabled peer went over
+      // two relays (the plugin's INFO line per connect).
+      int uncabled = 0;
+      for (int p : comms_.peers) uncabled += cabled(ctx_, ctx_.rank, p) == 0 ? 1 : 0;
+      int twins = 0;
+      for (const LogLine& l : ctx_.net.logSince(mark)) twins += l.text.find("(two relays)") != std::string::npos ? 1 : 0;
+      if (twins != uncabled * count) {
+        fail("--twin-relays: %d of this rank's %d relayed connects went over two relays (NCCL_MESH_RELAY_TWIN=1 on "
+             "every node?)", twins, uncabled * count);
       }
     }
   }
@@ -159,8 +160,6 @@ class CollBench {
   }
 
   size_t streak() const { return pipe_.longestStreak(); }
-  std::string twinReport() const { return pipe_.twinReport(); }
-  std::string idleTwin() const { return pipe_.idleTwin(); }
 
   void close() {
     pipe_.release();
@@ -186,15 +185,9 @@ class CollBench {
       TreeNode me = ch % 2 == 0 ? binaryTree(ctx_.nodes, ctx_.rank) : secondTree(ctx_.nodes, ctx_.rank);
       auto conn = [&](int peer, bool send) {
         PeerComms& pc = comms_.table[peer];
-        size_t k = twins_ ? 2 * static_cast<size_t>(ch) : static_cast<size_t>(ch);
+        size_t k = static_cast<size_t>(ch);
         void* c = send ? pc.send[k] : pc.recv[k];
-        int id = pipe_.addConn(c, send, format("tree%d ch%d %s rank %d", ch % 2, ch, send ? "send to" : "recv from", peer));
-        if (twins_ && cabled(ctx_, ctx_.rank, peer) == 0) {
-          void* c2 = send ? pc.send[k + 1] : pc.recv[k + 1];
-          int id2 = pipe_.addConn(c2, send, format("tree%d ch%d %s rank %d (twin)", ch % 2, ch, send ? "send to" : "recv from", peer));
-          pipe_.twin(id, id2);
-        }
-        return id;
+        return pipe_.addConn(c, send, format("tree%d ch%d %s rank %d", ch % 2, ch, send ? "send to" : "recv from", peer));
       };
       int upSend = me.up >= 0 ? conn(me.up, true) : -1, upRecv = me.up >= 0 ? conn(me.up, false) : -1;
       std::vector<int> childRecv, childSend;
@@ -230,10 +223,6 @@ class CollBench {
     for (int p : comms_.peers) {
       int s = pipe_.addConn(comms_.table[p].send[0], true, format("alltoall send to rank %d", p));
       int r = pipe_.addConn(comms_.table[p].recv[0], false, format("alltoall recv from rank %d", p));
-      if (twins_ && cabled(ctx_, ctx_.rank, p) == 0) {
-        pipe_.twin(s, pipe_.addConn(comms_.table[p].send[1], true, format("alltoall send to rank %d (twin)", p)));
-        pipe_.twin(r, pipe_.addConn(comms_.table[p].recv[1], false, format("alltoall recv from rank %d (twin)", p)));
-      }
       std::vector<Step> sends, recvs;
       for (size_t off = 0; off < blk; off += slice_) {
         size_t n = std::min(slice_, blk - off);
@@ -299,7 +288,6 @@ std::string runCollBench(Context& ctx) {
   bench.close();
   ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
   if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
-  if (!bench.idleTwin().empty()) fail("coll-bench --twin-relays: %s never carried data", bench.idleTwin().c_str());
   if (maxStreak > 0 && streak > static_cast<size_t>(maxStreak)) {
     fail("coll-bench %s: one connection completed %zu transfers in a row while another, with transfers still "
          "to come, completed none (--max-streak %ld): one direction of a cable waited for the other",
@@ -312,7 +300,6 @@ std::string runCollBench(Context& ctx) {
                            "busbw_MBps=%.1f data exact",
                            algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
   out += format(" streak=%zu", streak);
-  if (ctx.opts.has("twin-relays")) out += " twins:" + bench.twinReport();
   if (ceiling > 0) {
     std::string how;
     Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);

@@ -335,6 +335,14 @@ std::string runFunctions(Context& ctx) {
   if (!relayed) routeText = checkRouting(ctx, mark, std::set<int>(peers.begin(), peers.end())).describe();
   std::string table, problems;
   int busyCables = 0;
+  int sendCables = 0, recvCables = 0;  // cables this rank's own stream left / arrived on
+  // --two-relays: each way carries the share the steering gives it, not a half (under CPU
+  // load a relay that is starved for a while gets less: 12 % was seen): a way counts as used
+  // from 256 KiB on (control traffic alone is a few KiB), and its functions' shares are
+  // checked from a quarter of the stream on (fewer 512 KiB pieces would make them coarse).
+  const bool twoRelays = ctx.opts.has("two-relays");
+  const long carried = static_cast<long>(twoRelays ? perPeer / 4 : perPeer / 2);
+  const long used = twoRelays ? 256L << 10 : carried;
   for (int peer : cables) {
     std::vector<DeviceBytes> after = readBytes(devs[peer]);
     std::vector<long> sent, rcvd;
@@ -349,8 +357,10 @@ std::string runFunctions(Context& ctx) {
     }
     // Relayed: a cable direction the stream did not take carries only control traffic (the
     // route plan sends 0 -> 2 and 2 -> 0 through different relays on a 4-ring).
-    bool sentData = !relayed || sentSum >= static_cast<long>(perPeer / 2);
-    bool rcvdData = !relayed || rcvdSum >= static_cast<long>(perPeer / 2);
+    bool sentData = !relayed || sentSum >= carried;
+    bool rcvdData = !relayed || rcvdSum >= carried;
+    sendCables += sentSum >= used ? 1 : 0;
+    recvCables += rcvdSum >= used ? 1 : 0;
     if (!sentData && !rcvdData) continue;
     ++busyCables;
     if (sentData) problems += shareProblems("sent", sent, tolerance, &table);
@@ -406,6 +416,14 @@ std::string runFunctions(Context& ctx) {
         problems += format(" the relayed stream crossed %d relay(s) on both cables and %d of rank 0's cables;", relays,
                            busyCables);
       }
+      // --two-relays (NCCL_MESH_RELAY_TWIN=1): 0 -> 2 goes over both relays, and so does 2 -> 0:
+      // rank 0 sends and receives on both of its cables (with one relay per connection, the
+      // route plan sends one way out of one cable and takes the other way in on the other).
+      if (twoRelays && (sendCables != 2 || recvCables != 2)) {
+        problems += format(" --two-relays: rank 0 sent its stream on %d cable(s) and received on %d (expected 2 "
+                           "and 2);", sendCables, recvCables);
+      }
+      table += format(" send_cables=%d recv_cables=%d", sendCables, recvCables);
       table += format(" relays=%d", relays);
     }
     ctx.barrier("functions-counted");

@@ -431,8 +431,29 @@ std::string runRelay(Context& ctx) {
   say("relay: %zu peers, %d without a cable (topology '%s'), chunk %zu, ip_forward 0", peers.size(), uncabled,
       ctx.topology.c_str(), chunk);
   Clock::time_point t0 = Clock::now();
+  size_t mark = ctx.net.logSize();
   CommTable table = connectAll(ctx, peers);
   double upSeconds = secondsSince(t0);
+  // --twins N (NCCL_MESH_RELAY_TWIN=1): N of this rank's relayed connections went over two
+  // relays and N of its relayed receives were accepted as two legs; the others fell back to one
+  // relay (the plugin's INFO lines).
+  if (ctx.opts.has("twins")) {
+    long want = ctx.opts.integer("twins", 0);
+    int sent = 0, accepted = 0, fellBack = 0;
+    for (const LogLine& l : ctx.net.logSince(mark)) {
+      sent += l.text.find("(two relays)") != std::string::npos ? 1 : 0;
+      accepted += l.text.find("accepted a two-relay connection") != std::string::npos ? 1 : 0;
+      fellBack += l.text.find("goes through one relay") != std::string::npos ? 1 : 0;
+    }
+    // The rest of its relayed connects fell back to one relay (a leg that did not come up).
+    if (sent != want || accepted != want || fellBack != uncabled - want) {
+      fail("--twins %ld: %d relayed connects went over two relays, %d receives were accepted as two legs and "
+           "%d connects fell back to one relay (expected %ld, %ld and %ld)", want, sent, accepted, fellBack, want, want,
+           uncabled - want);
+    }
+    say("relay: %d connects over two relays, %d accepted as two legs, %d fell back to one relay", sent, accepted,
+        fellBack);
+  }
   ctx.barrier("relay-up");
   say("relay: %zu send + %zu recv comms up in %.2f s", peers.size(), peers.size(), upSeconds);
 

@@ -352,10 +352,10 @@ TEST(HandshakeProto, TrafficClassRoundTripsAndItsReservedBitsAreRefused) {
   HsMessage back = parseOk(good);
   EXPECT_EQ(back.trafficClass, 96);
   EXPECT_EQ(back.serviceLevel, 3);
-  for (uint8_t bit : {0x10, 0x20, 0x40}) {
+  {
     Bytes b = good;
-    b[kBody + 3] |= bit;
-    EXPECT_NE(parseError(b).find("reserved"), std::string::npos) << "bit " << int(bit);
+    b[kBody + 3] |= 0x40;
+    EXPECT_NE(parseError(b).find("reserved"), std::string::npos) << "bit 6";
   }
   Bytes b = good;
   b[kBody + 3] = 0x03;  // a service level without the "carried" bit
@@ -364,6 +364,38 @@ TEST(HandshakeProto, TrafficClassRoundTripsAndItsReservedBitsAreRefused) {
   Bytes out;
   std::string error;
   EXPECT_FALSE(encodeHandshake(m, &out, &error));
+}
+
+// Bits 4..5 of the classes byte: a HELLO that is leg 1 or 2 of a two-relay connection
+// (mesh/relay/relay_twin.h), with or without a traffic class; 3, or any leg in another
+// message, is refused.
+TEST(HandshakeProto, OnlyAHelloNamesATwoRelayLeg) {
+  for (int tc : {-1, 96}) {
+    for (int leg : {1, 2}) {
+      HsMessage m = qpMessage(HsType::Hello, 1, 1);
+      m.trafficClass = tc;
+      m.serviceLevel = tc < 0 ? -1 : 3;
+      m.twinLeg = leg;
+      Bytes b = encodeOk(m);
+      EXPECT_EQ(b[kBody + 3] & 0x30, leg << 4);
+      HsMessage back = parseOk(b);
+      EXPECT_EQ(back.twinLeg, leg);
+      EXPECT_EQ(back.trafficClass, tc);
+      b[kBody + 3] |= 0x30;
+      EXPECT_NE(parseError(b).find("two-relay leg 3"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(parseOk(encodeOk(qpMessage(HsType::Hello, 1, 1))).twinLeg, 0);
+  HsMessage accept = qpMessage(HsType::Accept, 1, 1);
+  accept.twinLeg = 1;
+  Bytes out;
+  std::string error;
+  EXPECT_FALSE(encodeHandshake(accept, &out, &error));
+  EXPECT_NE(error.find("only a HELLO"), std::string::npos) << error;
+  accept.twinLeg = 0;
+  Bytes b = encodeOk(accept);
+  b[kBody + 3] |= 0x10;
+  EXPECT_NE(parseError(b).find("only a HELLO"), std::string::npos);
 }
 
 TEST(HandshakeProto, RejectsReadyWithBody) {

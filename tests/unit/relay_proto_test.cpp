@@ -321,8 +321,25 @@ TEST(RelayProto, OpenRefusals) {
   bad[kRelayHeaderSize + 17] = 2;  // two visited, one present
   EXPECT_EQ(parseError(bad), "relay: OPEN with 2 visited relays is 168 body bytes, got 160");
   bad = b;
-  bad[kRelayHeaderSize + 18] = 1;
+  bad[kRelayHeaderSize + 19] = 1;
   EXPECT_EQ(parseError(bad), "relay: OPEN reserved fields must be 0");
+  bad = b;
+  bad[kRelayHeaderSize + 18] = 3;
+  EXPECT_EQ(parseError(bad), "relay: OPEN names two-relay leg 3 (0..2)");
+  m = sampleOpen(1);
+  m.open.twinLeg = 3;
+  EXPECT_FALSE(encodeRelay(m, &out, &error));
+}
+
+// Byte 18 of the OPEN: the leg of a two-relay connection the relay passes on to C's HELLO.
+TEST(RelayProto, OpenCarriesATwoRelayLeg) {
+  for (int leg : {0, 1, 2}) {
+    RelayMessage m = sampleOpen(1);
+    m.open.twinLeg = leg;
+    Bytes b = encodeOk(m);
+    EXPECT_EQ(b[kRelayHeaderSize + 18], leg);
+    EXPECT_EQ(parseOk(b).open.twinLeg, leg);
+  }
 }
 
 TEST(RelayProto, ReplyCarriesALegOnSuccessAndAReasonOtherwise) {

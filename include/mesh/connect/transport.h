@@ -44,6 +44,7 @@ class PreparedConn {
 struct ConnOptions {
   int trafficClass = -1;  // the communicator's class; -1: unset (see resolveTrafficClass)
   uint32_t originAddr = 0;  // a relay's connect: the relayed connection's sender (its HELLO says so)
+  int twinLeg = 0;          // 1 or 2: this connect is a leg of a two-relay connection (its HELLO says so)
 };
 
 class Transport {

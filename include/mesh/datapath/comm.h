@@ -180,6 +180,7 @@ struct RecvCtrl {
 };
 
 class Comm;
+class TwinComm;
 
 struct Request {
   enum class Kind : uint8_t { Free, Send, Recv, Flush };
@@ -192,6 +193,8 @@ struct Request {
   int slot = 0;
   size_t sizes[kGroupMax] = {};
   bool viaSizes = false;         // recv: the sender wrote the sizes array
+  // A two-relay connection's request (mesh/relay/relay_twin.h): the other leg's part.
+  bool twinned = false;
   // Send only.
   const char* data = nullptr;
   size_t size = 0;
@@ -251,6 +254,22 @@ class Comm : public PreparedConn {
   // A receiver whose sender is a relay: the relayed connection's sender, as the relay's
   // HELLO named it (0: a direct connection, or a relay that predates the field).
   uint32_t originAddr() const { return originAddr_; }
+  // A receiver: 1 or 2 when the sender's HELLO named this connection a leg of a two-relay
+  // connection (the accept pairs it with the other leg, mesh/relay/relay_twin.h); else 0.
+  int twinLeg() const { return twinLeg_; }
+  // The two-relay connection this comm is a leg of (NULL: none). Its first leg owns it.
+  TwinComm* twin() const { return twin_; }
+  void setTwin(TwinComm* t) { twin_ = t; }
+  // Whether the peer is still there (false once the control link closed or the comm failed).
+  // Polls the comm's completions and fails it if its peer is gone (a request that waits on
+  // another comm's progress: a two-relay connection's part).
+  ncclResult_t pollAlive(const char* doing) {
+    ncclResult_t r = progress();
+    return r != ncclSuccess ? r : checkPeer(doing);
+  }
+  bool peerAlive() const {
+    return failure_ == ncclSuccess && (control == nullptr || !control->closed.load(std::memory_order_acquire));
+  }
   void markOpen() {
     if (open_) return;
     if (flowStats_ == &sinkFlow_) countAs(stats::FlowKind::Direct, peerAddr_, 0, 0);
@@ -365,6 +384,8 @@ class Comm : public PreparedConn {
   bool open_ = false;                // markOpen() was called
   uint32_t peerAddr_ = 0;            // the peer's lowest address on the comm's links
   uint32_t originAddr_ = 0;          // originAddr()
+  int twinLeg_ = 0;                  // twinLeg()
+  TwinComm* twin_ = nullptr;         // twin()
   stats::LinkSlot sinkLink_ = {};    // where counts go when they are not published
   stats::FlowSlot sinkFlow_ = {};
   stats::LinkSlot* linkStats_[kMaxLinks];  // per link; the sink until prepare()

@@ -18,6 +18,7 @@ namespace mesh {
 struct ListenComm;
 class Connector;
 class RelayConnector;
+class TwinConnector;
 class Plugin;
 
 // What the entry points keep between calls, owned by the Plugin (never by a static: a
@@ -43,7 +44,7 @@ class NetTables {
   struct PendingConnect {
     uint64_t token = 0;
     std::shared_ptr<Connector> connector;       // a direct connect, or
-    std::shared_ptr<RelayConnector> relay;     // one through a relay (no shared cable)
+    std::shared_ptr<TwinConnector> relay;      // one through a relay or two (no shared cable)
     int dev = 0;
   };
 

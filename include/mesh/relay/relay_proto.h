@@ -26,7 +26,10 @@
 //   each fits too. A view that does not fit is sent as overflow (the fallback rule).
 //   OPEN (type 2), A → B over TCP:
 //     origin u64 (A's node) | request u64 (A's id for it) | hopBudget u8 (1..15: relays
-//     that may still forward, B included) | nVisited u8 (0..15) | reserved u16 |
+//     that may still forward, B included) | nVisited u8 (0..15) | twinLeg u8 (0: a plain
+//     relayed connection; 1 or 2: a leg of a two-relay one, which the last relay's HELLO to C
+//     names; a relay that predates it refuses the OPEN, and A falls back to one relay) |
+//     reserved u8 |
 //     originAddr u32 (A's address towards its first relay, which the last relay names to C
 //     in its HELLO; 0: not said, a first relay then takes the OPEN's source address) |
 //     handle [128] (C's listen handle, as NCCL gave it to A: its address
@@ -105,6 +108,7 @@ const char* relayStatusName(RelayStatus s);
 struct RelayOpen {
   NodeId origin = 0;
   uint32_t originAddr = 0;       // A's address on its first leg (0: not said)
+  int twinLeg = 0;               // 1 or 2: a leg of a two-relay connection (C pairs them); else 0
   uint64_t request = 0;
   int hopBudget = 1;             // 1..kRelayMaxHopBudget
   std::vector<NodeId> visited;   // at most kRelayMaxHopBudget

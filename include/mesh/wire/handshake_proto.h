@@ -21,9 +21,12 @@
 //                      (32 bytes), link-major
 //   classes: bit 7 set = trafficClass and the service level (bits 0..3) are the ones the
 //            connector chose for BOTH ends' QPs (as NCCL IB's connect metadata carries
-//            tc and sl to its accept side); bits 4..6 are reserved (0). Bit 7 clear (a peer
-//            that predates it, whose bytes 2..3 were reserved zeros): the receiver uses its
-//            own settings.
+//            tc and sl to its accept side); bits 4..5: in a HELLO, the connection is leg 1
+//            or 2 of a two-relay connection (0: it is not; the receiver's accept pairs the
+//            two legs, docs/relay.md); bit 6 is reserved (0). Bit 7 clear (a peer that
+//            predates it, whose bytes 2..3 were reserved zeros): the receiver uses its own
+//            settings (bits 4..5 count either way). A build that predates bits 4..5 refuses
+//            such a HELLO, and the sender falls back to one relay.
 //   LinkInfo: senderAddr u32 | receiverAddr u32 | senderNic u8 | receiverNic u8 |
 //             prefixLen u8 | reserved u8 | ctrlAddr u64 | ctrlRkey u32 | reserved u32 |
 //             reserved u32
@@ -82,6 +85,7 @@ struct HsMessage {
   int trafficClass = -1;       // HELLO/ACCEPT: 0..255, both ends' QPs; -1 not carried
   int serviceLevel = -1;       // 0..15 when trafficClass is carried
   uint32_t originAddr = 0;     // HELLO of a relayed connection: its sender's address; else 0
+  int twinLeg = 0;             // HELLO: 1 or 2, a leg of a two-relay connection; else 0
   std::string reason;          // REJECT
 };
 

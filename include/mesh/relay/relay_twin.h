@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+// A relayed connection over two relays (issue 31; docs/relay.md, "Two relays").
+//
+// Where a pair has no cable and two equally short ways through different relays (a 4-ring's
+// opposite nodes), one NCCL connection becomes two relayed legs, one through each relay:
+//  - the sender (TwinConnector) opens both legs; each OPEN and the last relay's HELLO to the
+//    receiver name the leg (1 or 2). The receiver's accept holds the first leg until the
+//    second arrives and hands NCCL one comm (the first leg's) that drives both. A leg that
+//    cannot come up (a relay refusing, a build that predates the field) ends the pair: the
+//    sender closes the other leg and connects again through one relay, and the receiver
+//    drops a held leg whose sender went away.
+//  - every NCCL send goes whole over one leg and a zero-byte send with the same tag over
+//    the other; every receive and flush is posted on both legs (the same buffers; the
+//    memory is registered on both legs' devices). Both legs thus see every message in NCCL's
+//    order, so each keeps the ordinary in-order FIFO contract, and a request completes when
+//    both of its parts did; a receive's sizes are the sum of its parts' (one of them is 0).
+//  - the leg is chosen per send by TwinSteer: the one whose recent delivery rate promises
+//    the bytes through sooner. A relay whose onward cable is busy with direct traffic
+//    delivers slower and gets fewer sends, so NCCL's tree keeps most relayed bytes off the
+//    cable it already fills; where both ways are alike (an all-to-all) the bytes split evenly.
+// Threads: as any comm (one NCCL thread at a time); nothing here locks.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "err.h"
+#include "mesh/connect/handshake.h"
+#include "mesh/datapath/comm.h"
+#include "mesh/relay/relay_service.h"
+
+namespace mesh {
+
+// Which leg carries the next send: pure, unit-tested.
+class TwinSteer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // The leg (0 or 1) expected to have `bytes` more through sooner: the bytes it holds plus
+  // these, at the rate it delivered lately or at what its oldest send in flight shows it
+  // does now, whichever is slower. A leg with no rate yet is tried first; one idle for
+  // kRetryIdle is tried again (what slowed it may be gone). Ties: leg 0.
+  int pick(uint64_t bytes, Clock::time_point now) const;
+  // A send of `bytes` (> 0) posted on `leg`, and its completion (`id` names it).
+  void posted(int leg, uint64_t id, uint64_t bytes, Clock::time_point now);
+  void completed(int leg, uint64_t id, Clock::time_point now);
+  uint64_t sends(int leg) const { return legs_[leg].sends; }
+  uint64_t bytes(int leg) const { return legs_[leg].total; }
+  static constexpr double kRetryIdle = 0.5;  // seconds
+
+ private:
+  struct InFlight {
+    uint64_t id;
+    uint64_t bytes;
+    Clock::time_point at;
+  };
+  struct Leg {
+    std::deque<InFlight> inflight;  // oldest first
+    uint64_t held = 0;              // their bytes
+    double rate = 0;                // bytes/s, moving average of completed sends (0: none yet)
+    Clock::time_point lastDone;
+    uint64_t sends = 0, total = 0;  // data sends and bytes posted (reports, tests)
+  };
+  double score(const Leg& l, uint64_t bytes, Clock::time_point now) const;
+  Leg legs_[2];
+};
+
+// The data path of a two-relay connection. Owned by the first leg's comm (the one NCCL
+// holds); owns the second leg.
+class TwinComm {
+ public:
+  TwinComm(Comm* first, std::unique_ptr<Comm> second);
+  Comm* leg(int i) const { return i == 0 ? first_ : second_.get(); }
+  // The second leg, for closing it (the TwinComm is done with it).
+  std::unique_ptr<Comm> releaseSecond() { return std::move(second_); }
+  ncclResult_t isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out);
+  ncclResult_t irecv(int n, void** data, const size_t* sizes, const int* tags, MrHandle* const* mh, Request** out);
+  ncclResult_t iflush(int n, void** data, const int* sizes, MrHandle* const* mh, Request** out);
+  // A request this returned (req->twinned).
+  ncclResult_t test(Request* req, int* done, size_t* sizes);
+  // Both legs' devices / local ports, each once.
+  std::vector<int> deviceIndexes() const;
+  std::vector<int> localPorts() const;
+  const TwinSteer& steer() const { return steer_; }
+
+ private:
+  struct Part {
+    Request* other = nullptr;  // the other leg's part; NULL while owed
+    bool otherDone = false;
+    bool dataSend = false;     // a send whose bytes went on this leg (steer_ is told when done)
+    uint64_t id = 0;
+    size_t otherSizes[kGroupMax] = {};
+  };
+  // A part not posted yet (its leg said "not now"): posted before anything else.
+  struct Owed {
+    bool active = false;
+    int leg = 0;               // where it goes
+    Request* whole = nullptr;  // the request NCCL holds
+    Request::Kind kind = Request::Kind::Send;
+    void* data[kGroupMax] = {};
+    size_t sizes[kGroupMax] = {};
+    int tags[kGroupMax] = {};
+    MrHandle* mh[kGroupMax] = {};
+    int n = 1;
+  };
+  int legOf(const Request* r) const { return r->comm == first_ ? 0 : 1; }
+  Part& part(const Request* r) { return parts_[legOf(r)][r->index]; }
+  bool payOwed();  // false while it is still owed
+  Request* link(Request* whole, Request* other, bool dataSend);
+
+  Comm* first_;
+  std::unique_ptr<Comm> second_;
+  Part parts_[2][kRequestPool];
+  Owed owed_;
+  TwinSteer steer_;
+  uint64_t nextId_ = 1;
+};
+
+// The sender's side of a relayed connect: two legs when the pair has two equally short
+// ways through different relays (and NCCL_MESH_RELAY_TWIN=1), otherwise one (RelayConnector).
+class TwinConnector {
+ public:
+  TwinConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, RelayConnector::Lookup lookup,
+                ConnOptions opts, RelayConnectSettings s, bool twinAllowed);
+  ~TwinConnector();
+  // *out: the SendComm NCCL gets (its twin() set when two legs came up), with its flows
+  // counted; NULL: not yet.
+  ncclResult_t poll(std::unique_ptr<PreparedConn>* out);
+
+ private:
+  enum class State { Deciding, Twin, Single };
+  void single(const std::string& why);
+  std::unique_ptr<RelayConnector> connector(std::vector<NextHop> fixed, int twinLeg) const;
+
+  Handshaker* hs_;
+  std::vector<LocalNic> nics_;
+  Handle target_;
+  RelayConnector::Lookup lookup_;
+  ConnOptions opts_;
+  RelayConnectSettings settings_;
+  bool twinAllowed_;
+  State state_ = State::Deciding;
+  std::chrono::steady_clock::time_point settleUntil_;
+  std::unique_ptr<RelayConnector> legs_[2];
+  std::unique_ptr<PreparedConn> done_[2];
+};
+
+// Closes a comm that never reached NCCL (or a twin's second leg): its verbs objects, then
+// its control link.
+void discardComm(Handshaker* hs, std::unique_ptr<PreparedConn> conn);
+
+// The accept side: pairs the legs of two-relay connections arriving at one listener.
+struct TwinAccept {
+  std::unique_ptr<PreparedConn> held[2];  // legs 1 and 2, until both are here
+  // Takes an accepted connection: a plain one is returned at once; a leg is held until its
+  // partner came, then the first leg (driving both) is returned. Legs whose sender went away
+  // are dropped. *out NULL: nothing for NCCL yet.
+  void take(Handshaker* hs, std::unique_ptr<PreparedConn> conn, std::unique_ptr<PreparedConn>* out);
+  void dropDead(Handshaker* hs);
+  void clear(Handshaker* hs);
+};
+
+}  // namespace mesh

@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: Apache-2.0
+// A relayed connection over two relays (mesh/relay/relay_twin.h).
+#include "mesh/relay/relay_twin.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "mesh/platform/check.h"
+#include "mesh/platform/ipv4.h"
+#include "mesh/platform/log.h"
+
+namespace mesh {
+
+// --- TwinSteer ------------------------------------------------------------------------------
+
+double TwinSteer::score(const Leg& l, uint64_t bytes, Clock::time_point now) const {
+  double rate = l.rate;
+  if (!l.inflight.empty() && rate > 0) {
+    const InFlight& oldest = l.inflight.front();
+    double waited = std::chrono::duration<double>(now - std::max(oldest.at, l.lastDone)).count();
+    if (waited > 0) rate = std::min(rate, static_cast<double>(oldest.bytes) / waited);
+  }
+  if (rate == 0) return static_cast<double>(l.held) * 1e-12;  // untried: take it
+  if (l.inflight.empty() && std::chrono::duration<double>(now - l.lastDone).count() > kRetryIdle) return 0;
+  return static_cast<double>(l.held + bytes) / rate;
+}
+
+int TwinSteer::pick(uint64_t bytes, Clock::time_point now) const {
+  return score(legs_[0], bytes, now) <= score(legs_[1], bytes, now) ? 0 : 1;
+}
+
+void TwinSteer::posted(int leg, uint64_t id, uint64_t bytes, Clock::time_point now) {
+  Leg& l = legs_[leg];
+  l.inflight.push_back(InFlight{id, bytes, now});
+  l.held += bytes;
+  ++l.sends;
+  l.total += bytes;
+}
+
+void TwinSteer::completed(int leg, uint64_t id, Clock::time_point now) {
+  Leg& l = legs_[leg];
+  auto it = std::find_if(l.inflight.begin(), l.inflight.end(), [id](const InFlight& f) { return f.id == id; });
+  if (it == l.inflight.end()) return;
+  double secs = std::chrono::duration<double>(now - std::max(it->at, l.lastDone)).count();
+  double sample = static_cast<double>(it->bytes) / std::max(secs, 1e-6);
+  l.rate = l.rate == 0 ? sample : 0.7 * l.rate + 0.3 * sample;
+  l.lastDone = now;
+  l.held -= it->bytes;
+  l.inflight.erase(it);
+}
+
+// --- TwinComm -------------------------------------------------------------------------------
+
+TwinComm::TwinComm(Comm* first, std::unique_ptr<Comm> second) : first_(first), second_(std::move(second)) {
+  first_->setTwin(this);
+  second_->setTwin(this);
+}
+
+Request* TwinComm::link(Request* whole, Request* other, bool dataSend) {
+  whole->twinned = true;
+  Part& p = part(whole);
+  p = Part();
+  p.other = other;
+  p.dataSend = dataSend;
+  p.id = nextId_++;
+  return whole;
+}
+
+bool TwinComm::payOwed() {
+  if (!owed_.active) return true;
+  Request* r = nullptr;
+  ncclResult_t res = ncclSuccess;
+  Comm* c = leg(owed_.leg);
+  if (owed_.kind == Request::Kind::Send) {
+    res = static_cast<SendComm*>(c)->isend(owed_.data[0], 0, owed_.tags[0], owed_.mh[0], &r);
+  } else {
+    res = static_cast<RecvComm*>(c)->irecv(owed_.n, owed_.data, owed_.sizes, owed_.tags, owed_.mh, &r);
+  }
+  // An error stays with the leg: the whole request's test reports it.
+  if (res != ncclSuccess || r == nullptr) return false;
+  part(owed_.whole).other = r;
+  owed_.active = false;
+  return true;
+}
+
+ncclResult_t TwinComm::isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out) {
+  *out = nullptr;
+  if (!payOwed()) return ncclSuccess;  // the previous message's other part first
+  auto now = TwinSteer::Clock::now();
+  int d = steer_.pick(size, now);
+  Request* whole = nullptr;
+  MESH_CHECK(static_cast<SendComm*>(leg(d))->isend(data, size, tag, mh, &whole));
+  if (whole == nullptr) return ncclSuccess;
+  Request* other = nullptr;
+  MESH_CHECK(static_cast<SendComm*>(leg(1 - d))->isend(data, 0, tag, mh, &other));
+  link(whole, other, size > 0);
+  if (size > 0) steer_.posted(d, part(whole).id, size, now);
+  if (other == nullptr) {
+    owed_ = Owed();
+    owed_.active = true;
+    owed_.leg = 1 - d;
+    owed_.whole = whole;
+    owed_.kind = Request::Kind::Send;
+    owed_.data[0] = data;
+    owed_.tags[0] = tag;
+    owed_.mh[0] = const_cast<MrHandle*>(mh);
+  }
+  *out = whole;
+  return ncclSuccess;
+}
+
+ncclResult_t TwinComm::irecv(int n, void** data, const size_t* sizes, const int* tags, MrHandle* const* mh,
+                             Request** out) {
+  *out = nullptr;
+  MESH_REQUIRE(n >= 1 && n <= kGroupMax, ncclInvalidArgument, "irecv: %d buffers (1..%d)", n, kGroupMax);
+  if (!payOwed()) return ncclSuccess;
+  Request* whole = nullptr;
+  MESH_CHECK(static_cast<RecvComm*>(first_)->irecv(n, data, sizes, tags, mh, &whole));
+  if (whole == nullptr) return ncclSuccess;
+  Request* other = nullptr;
+  MESH_CHECK(static_cast<RecvComm*>(second_.get())->irecv(n, data, sizes, tags, mh, &other));
+  link(whole, other, false);
+  if (other == nullptr) {
+    owed_ = Owed();
+    owed_.active = true;
+    owed_.leg = 1;
+    owed_.whole = whole;
+    owed_.kind = Request::Kind::Recv;
+    owed_.n = n;
+    for (int i = 0; i < n; ++i) {
+      owed_.data[i] = data[i];
+      owed_.sizes[i] = sizes[i];
+      owed_.tags[i] = tags[i];
+      owed_.mh[i] = mh[i];
+    }
+  }
+  *out = whole;
+  return ncclSuccess;
+}
+
+ncclResult_t TwinComm::iflush(int n, void** data, const int* sizes, MrHandle* const* mh, Request** out) {
+  *out = nullptr;
+  Request* a = nullptr;
+  Request* b = nullptr;
+  MESH_CHECK(static_cast<RecvComm*>(first_)->iflush(n, data, sizes, mh, &a));
+  MESH_CHECK(static_cast<RecvComm*>(second_.get())->iflush(n, data, sizes, mh, &b));
+  if (a != nullptr && b != nullptr) {
+    *out = link(a, b, false);
+  } else {
+    *out = a != nullptr ? a : b;  // one part alone is a plain request of its leg
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t TwinComm::test(Request* req, int* done, size_t* sizes) {
+  *done = 0;
+  int l = legOf(req);
+  Part& p = part(req);
+  if (p.other == nullptr) {
+    if (!(owed_.active && owed_.whole == req && payOwed())) {
+      // Still owed: keep this leg moving (its completions free what the other part waits on).
+      MESH_CHECK(leg(l)->pollAlive("with a request pending"));
+      return ncclSuccess;
+    }
+  }
+  if (!p.otherDone) {
+    int d = 0;
+    MESH_CHECK(leg(1 - l)->test(p.other, &d, p.otherSizes));
+    if (!d) return ncclSuccess;
+    p.otherDone = true;
+  }
+  Request::Kind kind = req->kind;
+  int n = req->n;
+  MESH_CHECK(leg(l)->test(req, done, sizes));
+  if (!*done) return ncclSuccess;
+  if (sizes != nullptr && kind == Request::Kind::Recv) {
+    for (int i = 0; i < n; ++i) sizes[i] += p.otherSizes[i];
+  }
+  if (p.dataSend) steer_.completed(l, p.id, TwinSteer::Clock::now());
+  p = Part();
+  return ncclSuccess;
+}
+
+std::vector<int> TwinComm::deviceIndexes() const {
+  std::vector<int> v = first_->deviceIndexes();
+  for (int d : second_->deviceIndexes()) {
+    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
+  }
+  return v;
+}
+
+std::vector<int> TwinComm::localPorts() const {
+  std::vector<int> v = first_->localPorts();
+  for (int d : second_->localPorts()) {
+    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
+  }
+  return v;
+}
+
+// --- Connect and accept ---------------------------------------------------------------------
+
+void discardComm(Handshaker* hs, std::unique_ptr<PreparedConn> conn) {
+  if (conn == nullptr) return;
+  Comm* c = static_cast<Comm*>(conn.get());
+  c->close();
+  if (hs != nullptr) hs->closeControl(c->control);
+}
+
+TwinConnector::TwinConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, RelayConnector::Lookup lookup,
+                             ConnOptions opts, RelayConnectSettings s, bool twinAllowed)
+    : hs_(hs),
+      nics_(std::move(nics)),
+      target_(std::move(target)),
+      lookup_(std::move(lookup)),
+      opts_(opts),
+      settings_(s),
+      twinAllowed_(twinAllowed) {
+  settleUntil_ = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(std::max(0, std::min(s.settleMs, s.timeoutMs / 2)));
+  if (!twinAllowed_) single("");
+}
+
+TwinConnector::~TwinConnector() {
+  legs_[0].reset();
+  legs_[1].reset();
+  for (auto& d : done_) discardComm(hs_, std::move(d));
+}
+
+std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fixed, int twinLeg) const {
+  ConnOptions o = opts_;
+  o.twinLeg = twinLeg;
+  RelayConnector::Lookup lookup = lookup_;
+  if (!fixed.empty()) lookup = [fixed](bool) { return fixed; };
+  RelayConnectSettings s = settings_;
+  // Test-only (MESH_TEST_TWIN_FAIL_LEG=2, fabric_e2e_relay_ring4_twin_fallback): that leg asks
+  // the relay on the port after the relay port, where nothing listens, so it cannot come up.
+  static const char* failLeg = getenv("MESH_TEST_TWIN_FAIL_LEG");
+  if (failLeg != nullptr && twinLeg != 0 && atoi(failLeg) == twinLeg) s.port = s.port % 65535 + 1;
+  return std::make_unique<RelayConnector>(hs_, nics_, target_, lookup, o, s);
+}
+
+void TwinConnector::single(const std::string& why) {
+  if (!why.empty()) {
+    MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s%s goes through one relay: %s",
+              target_.addrs.empty() ? "?" : formatIpv4(target_.addrs[0].addr).c_str(),
+              target_.addrs.size() > 1 ? ",..." : "", why.c_str());
+  }
+  legs_[1].reset();
+  for (auto& d : done_) discardComm(hs_, std::move(d));
+  legs_[0] = connector({}, 0);
+  state_ = State::Single;
+}
+
+ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
+  *out = nullptr;
+  if (state_ == State::Deciding) {
+    auto now = std::chrono::steady_clock::now();
+    std::vector<NextHop> c = lookup_(now < settleUntil_);
+    if (c.empty()) {
+      if (now < settleUntil_) return ncclSuccess;  // the picture is settling: NCCL calls again
+      single("");
+    } else {
+      // A second way: as short as the first, through another relay.
+      size_t j = 1;
+      while (j < c.size() && (c[j].route.nextHop == c[0].route.nextHop || c[j].route.hops != c[0].route.hops ||
+                              c[j].route.localPort == c[0].route.localPort)) {
+        ++j;
+      }
+      if (j == c.size()) {
+        single("");
+      } else {
+        legs_[0] = connector({c[0]}, 1);
+        legs_[1] = connector({c[j]}, 2);
+        state_ = State::Twin;
+      }
+    }
+  }
+  if (state_ == State::Single) {
+    ncclResult_t r = legs_[0]->poll(out);
+    if (r == ncclSuccess && *out != nullptr) {
+      auto* comm = static_cast<SendComm*>(out->get());
+      uint32_t peer = target_.addrs.empty() ? 0 : target_.addrs[0].addr;
+      comm->countAs(stats::FlowKind::Relayed, peer, legs_[0]->viaAddr(), 0);
+    }
+    return r;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (done_[i] != nullptr) continue;
+    if (legs_[i]->poll(&done_[i]) != ncclSuccess) {
+      single("leg " + std::to_string(i + 1) + " (via " + legs_[i]->via() + ") did not come up");
+      return ncclSuccess;
+    }
+  }
+  if (done_[0] == nullptr || done_[1] == nullptr) return ncclSuccess;
+  uint32_t peer = target_.addrs.empty() ? 0 : target_.addrs[0].addr;
+  for (int i = 0; i < 2; ++i) {
+    auto* comm = static_cast<SendComm*>(done_[i].get());
+    comm->countAs(stats::FlowKind::Relayed, peer, legs_[i]->viaAddr(), 0);
+    comm->markOpen();
+  }
+  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s goes through %s and %s (two relays)",
+            formatIpv4(peer).c_str(), legs_[0]->via().c_str(), legs_[1]->via().c_str());
+  auto* first = static_cast<Comm*>(done_[0].get());
+  std::unique_ptr<Comm> second(static_cast<Comm*>(done_[1].release()));
+  new TwinComm(first, std::move(second));  // owned by `first` (Comm::twin(), closed with it)
+  *out = std::move(done_[0]);
+  return ncclSuccess;
+}
+
+void TwinAccept::take(Handshaker* hs, std::unique_ptr<PreparedConn> conn, std::unique_ptr<PreparedConn>* out) {
+  auto* c = static_cast<Comm*>(conn.get());
+  if (c->twinLeg() == 0) {
+    *out = std::move(conn);
+    return;
+  }
+  int i = c->twinLeg() - 1;
+  discardComm(hs, std::move(held[i]));  // an earlier leg i whose pair never completed
+  held[i] = std::move(conn);
+  dropDead(hs);
+  if (held[0] == nullptr || held[1] == nullptr) return;
+  auto* first = static_cast<Comm*>(held[0].get());
+  std::unique_ptr<Comm> second(static_cast<Comm*>(held[1].release()));
+  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: accepted a two-relay connection from %s (via %s and %s)",
+            formatIpv4(first->originAddr()).c_str(), formatIpv4(first->peerAddr()).c_str(),
+            formatIpv4(second->peerAddr()).c_str());
+  new TwinComm(first, std::move(second));
+  *out = std::move(held[0]);
+}
+
+void TwinAccept::dropDead(Handshaker* hs) {
+  for (auto& h : held) {
+    if (h != nullptr && !static_cast<Comm*>(h.get())->peerAlive()) discardComm(hs, std::move(h));
+  }
+}
+
+void TwinAccept::clear(Handshaker* hs) {
+  for (auto& h : held) discardComm(hs, std::move(h));
+}
+
+}  // namespace mesh
