@@ -81,13 +81,14 @@ const ScenarioInfo kScenarios[] = {
     {"fork", runFork, {"iters", "size"},
      "[--iters 3] [--size 64K]  2 nodes: a forked child writes its buffers and exit()s mid-traffic"},
     {"relay", runRelay, {"big", "messages", "outstanding", "check-relay-netdevs", "netdev-bytes", "patterns",
-                         "count", "alltoall-bytes", "iters", "twins"},
+                         "count", "alltoall-bytes", "iters", "twins", "fallbacks"},
      "[--big 64M] [--messages 1000] [--outstanding 32]  >= 2 nodes, any topology (ring/line: relayed\n"
      "                  pairs): every ordered pair byte-exact; ip_forward must be 0\n"
      "                  [--check-relay-netdevs] [--netdev-bytes 4M]  lab ring/line: rank 0 -> rank 2's\n"
      "                  bytes crossed the relay's netdevs from rank 0 and to rank 2\n"
-     "                  [--twins N]  N of this rank's relayed connects went over two relays and N of its\n"
-     "                  relayed receives were accepted as two legs (NCCL_MESH_RELAY_TWIN=1)\n"
+     "                  [--twins N [--fallbacks M]]  N of this rank's relayed connects went over two relays,\n"
+     "                  N of its relayed receives were accepted as two legs and M connects fell back to one\n"
+     "                  relay (NCCL_MESH_RELAY_TWIN=1)\n"
      "                  [--patterns LIST [--count N] [--alltoall-bytes B] [--iters I]]  then `patterns` on\n"
      "                  the same comms"},
     {"patterns", runPatterns, {"patterns", "count", "alltoall-bytes", "iters", "ring-first", "check-port-range"},
