@@ -293,9 +293,7 @@ ncclResult_t closeComm(Comm* comm) {
     comm->setTwin(nullptr);
     delete t;
   }
-  comm->close();
-  if (hs != nullptr) hs->closeControl(comm->control);
-  delete comm;
+  discardComm(hs, std::unique_ptr<PreparedConn>(comm));
   return ncclSuccess;
 }
 }  // namespace

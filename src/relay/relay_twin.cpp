@@ -182,21 +182,19 @@ ncclResult_t TwinComm::test(Request* req, int* done, size_t* sizes) {
   return ncclSuccess;
 }
 
-std::vector<int> TwinComm::deviceIndexes() const {
-  std::vector<int> v = first_->deviceIndexes();
-  for (int d : second_->deviceIndexes()) {
-    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
+namespace {
+// a's entries, then b's that a lacks.
+std::vector<int> unionOf(std::vector<int> a, const std::vector<int>& b) {
+  for (int x : b) {
+    if (std::find(a.begin(), a.end(), x) == a.end()) a.push_back(x);
   }
-  return v;
+  return a;
 }
+}  // namespace
 
-std::vector<int> TwinComm::localPorts() const {
-  std::vector<int> v = first_->localPorts();
-  for (int d : second_->localPorts()) {
-    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
-  }
-  return v;
-}
+std::vector<int> TwinComm::deviceIndexes() const { return unionOf(first_->deviceIndexes(), second_->deviceIndexes()); }
+
+std::vector<int> TwinComm::localPorts() const { return unionOf(first_->localPorts(), second_->localPorts()); }
 
 // --- Connect and accept ---------------------------------------------------------------------
 

@@ -100,8 +100,7 @@ class CollBench {
       // two relays (the plugin's INFO line per connect).
       int uncabled = 0;
       for (int p : comms_.peers) uncabled += cabled(ctx_, ctx_.rank, p) == 0 ? 1 : 0;
-      int twins = 0;
-      for (const LogLine& l : ctx_.net.logSince(mark)) twins += l.text.find("(two relays)") != std::string::npos ? 1 : 0;
+      int twins = countLog(ctx_, mark, "(two relays)");
       if (twins != uncabled * count) {
         fail("--twin-relays: %d of this rank's %d relayed connects went over two relays (NCCL_MESH_RELAY_TWIN=1 on "
              "every node?)", twins, uncabled * count);

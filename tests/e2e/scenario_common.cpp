@@ -115,6 +115,12 @@ bool same(const Snapshot& a, const Snapshot& b) {
 }
 }  // namespace
 
+int countLog(Context& ctx, size_t mark, const std::string& needle) {
+  int n = 0;
+  for (const LogLine& l : ctx.net.logSince(mark)) n += l.text.find(needle) != std::string::npos ? 1 : 0;
+  return n;
+}
+
 std::vector<RelayedConnect> relayedConnects(Context& ctx, size_t mark) {
   static const std::string kConnected = "relay: connected to ", kVia = " via ";
   std::vector<RelayedConnect> out;

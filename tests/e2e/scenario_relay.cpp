@@ -438,12 +438,9 @@ std::string runRelay(Context& ctx) {
   // relays and N of its relayed receives were accepted as two legs (the plugin's INFO lines).
   if (ctx.opts.has("twins")) {
     long want = ctx.opts.integer("twins", 0);
-    int sent = 0, accepted = 0, fellBack = 0;
-    for (const LogLine& l : ctx.net.logSince(mark)) {
-      sent += l.text.find("(two relays)") != std::string::npos ? 1 : 0;
-      accepted += l.text.find("accepted a two-relay connection") != std::string::npos ? 1 : 0;
-      fellBack += l.text.find("goes through one relay") != std::string::npos ? 1 : 0;
-    }
+    int sent = countLog(ctx, mark, "(two relays)");
+    int accepted = countLog(ctx, mark, "accepted a two-relay connection");
+    int fellBack = countLog(ctx, mark, "goes through one relay");
     // --fallbacks M: M connects fell back to one relay (a leg that did not come up).
     long wantFallbacks = ctx.opts.integer("fallbacks", 0);
     if (sent != want || accepted != want || fellBack != wantFallbacks) {

@@ -83,11 +83,6 @@ std::string waitForLog(Context& ctx, size_t mark, const std::string& needle, dou
   }
 }
 
-int countLog(Context& ctx, size_t mark, const std::string& needle) {
-  int n = 0;
-  for (const LogLine& l : ctx.net.logSince(mark)) n += l.text.find(needle) != std::string::npos ? 1 : 0;
-  return n;
-}
 
 // The neighbour carrying this rank's last relayed connect, from its INFO line
 // "relay: connected to <target> via <addr> (relayed)" logged since `mark`.

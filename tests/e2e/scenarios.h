@@ -118,6 +118,8 @@ struct RelayedConnect {
 };
 // Every such line logged since `mark`, in log order.
 std::vector<RelayedConnect> relayedConnects(Context& ctx, size_t mark);
+// How many plugin log lines since `mark` contain `needle`.
+int countLog(Context& ctx, size_t mark, const std::string& needle);
 
 // --- leaks -----------------------------------------------------------------------------------
 struct Snapshot {

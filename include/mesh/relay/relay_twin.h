@@ -150,8 +150,8 @@ class TwinConnector {
   std::unique_ptr<PreparedConn> done_[2];
 };
 
-// Closes a comm that never reached NCCL (or a twin's second leg): its verbs objects, then
-// its control link.
+// Closes and frees a comm: its verbs objects, then its control link (NCCL's close, a comm
+// that never reached NCCL, a twin's second leg).
 void discardComm(Handshaker* hs, std::unique_ptr<PreparedConn> conn);
 
 // The accept side: pairs the legs of two-relay connections arriving at one listener.
