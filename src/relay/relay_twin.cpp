@@ -225,12 +225,13 @@ TwinConnector::~TwinConnector() {
   for (auto& d : done_) discardComm(hs_, std::move(d));
 }
 
-std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fixed, int twinLeg) const {
+std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fixed, int twinLeg, int settleMs) const {
   ConnOptions o = opts_;
   o.twinLeg = twinLeg;
   RelayConnector::Lookup lookup = lookup_;
   if (!fixed.empty()) lookup = [fixed](bool) { return fixed; };
   RelayConnectSettings s = settings_;
+  s.settleMs = settleMs;
   // Test-only (MESH_TEST_TWIN_FAIL_LEG=2, fabric_e2e_relay_ring4_twin_fallback): that leg asks
   // the relay on the port after the relay port, where nothing listens, so it cannot come up.
   static const char* failLeg = getenv("MESH_TEST_TWIN_FAIL_LEG");
@@ -246,7 +247,9 @@ void TwinConnector::single(const std::string& why) {
   }
   legs_[1].reset();
   for (auto& d : done_) discardComm(hs_, std::move(d));
-  legs_[0] = connector({}, 0);
+  // What is left of the picture's settling time, not a fresh one: this connect waited already.
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(settleUntil_ - std::chrono::steady_clock::now());
+  legs_[0] = connector({}, 0, static_cast<int>(std::max<int64_t>(0, left.count())));
   state_ = State::Single;
 }
 
@@ -268,8 +271,8 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
       if (j == c.size()) {
         single("");
       } else {
-        legs_[0] = connector({c[0]}, 1);
-        legs_[1] = connector({c[j]}, 2);
+        legs_[0] = connector({c[0]}, 1, 0);  // a fixed candidate: nothing to wait for
+        legs_[1] = connector({c[j]}, 2, 0);
         state_ = State::Twin;
       }
     }

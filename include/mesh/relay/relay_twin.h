@@ -135,7 +135,9 @@ class TwinConnector {
  private:
   enum class State { Deciding, Twin, Single };
   void single(const std::string& why);
-  std::unique_ptr<RelayConnector> connector(std::vector<NextHop> fixed, int twinLeg) const;
+  // A one-relay connector: through `fixed` (a twin leg), or through the lookup's candidates
+  // waiting at most `settleMs` for the route picture (twinLeg 0).
+  std::unique_ptr<RelayConnector> connector(std::vector<NextHop> fixed, int twinLeg, int settleMs) const;
 
   Handshaker* hs_;
   std::vector<LocalNic> nics_;
