@@ -5,7 +5,11 @@
 // opposite nodes), one NCCL connection becomes two relayed legs, one through each relay:
 //  - the sender (TwinConnector) opens both legs; each OPEN and the last relay's HELLO to the
 //    receiver name the leg (1 or 2). The receiver's accept holds the first leg until the
-//    second arrives and hands NCCL one comm (the first leg's) that drives both. A leg that
+//    second arrives and hands NCCL one comm (the first leg's) that drives both. No id pairs
+//    them: NCCL listens once per connection and accepts once on that listen comm before closing
+//    it (2.28 src/transport/net.cc: recvProxySetup calls listen into the connection's own
+//    resources->netListenComm, recvProxyConnect accepts on it), so the two legs that reach one
+//    listener are one connection's. A leg that
 //    cannot come up (a relay refusing, a build that predates the field) ends the pair: the
 //    sender closes the other leg and connects again through one relay, and the receiver
 //    drops a held leg whose sender went away.
