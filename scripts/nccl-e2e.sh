@@ -38,19 +38,35 @@
 #   ring4-spark-relay
 #                   ring4-relay on DGX Spark cables (two functions per end, fabric-net
 #                   --functions 2): what a 4-node Spark ring runs
+#   ring4-relay-twin, ring4-spark-twin
+#                   ring4-relay and ring4-spark-relay with NCCL_MESH_RELAY_TWIN=1: each
+#                   opposite pair's connections go over both relays at once
+#   ring4-spark-tree, ring4-spark-tree-twin, ring4-spark-a2a, ring4-spark-a2a-twin
+#                   the relayed Spark 4-ring's figures (issue 31): all_reduce with
+#                   NCCL_ALGO=Tree, and alltoall, 16 MiB and up, one relay vs two relays
 #   pair-spark-plugin, pair-spark-ib
 #                   2 nodes, one DGX Spark cable (two functions per end, fabric-net
 #                   --functions 2): the plugin, then NCCL IB with NCCL_IB_HCA naming both
 #   pair-spark-nosplit
 #                   pair-spark-plugin with NCCL_MESH_SPLIT_MIN=1G: every message whole on one
 #                   function, as NCCL IB sends on two unfused devices (the p2p gap, docs)
+#   pair-spark-port pair-spark-plugin with NCCL_MESH_DEVICES=port: each function its own
+#                   NCCL device, as NCCL IB sees them (NCCL's channels and p2p comms per device)
 #   relay-bench     no NCCL: tests/e2e's relay-bench on the 4-ring (rank 0 -> 1 direct, 0 -> 2
 #                   relayed, 0 -> 1 with 1 -> 2 at once), 1 GiB per stream, best of 3; on a
 #                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
-#   fix-pair, fix-tri, fix-ring4-relay
-#                   the pair, the triangle and the relayed 4-ring once more, every collective
-#                   at 8 B .. 1 MiB, one iteration each: small traces of real NCCL's calls to
-#                   commit as replay fixtures (tests/replay/fixtures)
+#   pair-p2p, pair-p2p-ib, spark-p2p-port, spark-p2p-ib
+#                   the p2p gap (docs/gpu-machine.md): sendrecv and alltoall only, 32 .. 256 MiB,
+#                   on one cable and on a Spark cable with NCCL_MESH_DEVICES=port (each
+#                   function its own NCCL device, as NCCL IB has them); -ib: NCCL IB
+#   relay-bench-twin
+#                   relay-bench with NCCL_MESH_RELAY_TWIN=1 (the relayed stream over both relays)
+#   pair-p2p-trace  2 nodes, one cable: sendrecv and alltoall at 32 and 128 MiB, traced with a
+#                   48 MiB cap: the timing of real NCCL's p2p calls (the p2p gap, docs)
+#   fix-pair, fix-tri, fix-ring4-relay, fix-ring4-twin
+#                   the pair, the triangle, the relayed 4-ring (and over two relays) once
+#                   more, every collective at 8 B .. 1 MiB, one iteration each: small traces
+#                   of real NCCL's calls to commit as replay fixtures (tests/replay/fixtures)
 #
 #   scripts/nccl-e2e.sh [--build DIR] [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
 #                       [--plugin PATH] [--dropin DIR] [--rehearse] [--no-trace] [--untraced S1,S2]
@@ -106,7 +122,10 @@ ITER_BYTES=1G
 FAIL_GRACE=30
 RELAY_BENCH_BYTES=${RELAY_BENCH_BYTES:-1G}
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-refcount tri-channels ring4-ring ring4-default ring4-ib
-               ring4-relay ring4-spark-relay line4-relay pair-spark-plugin pair-spark-ib pair-spark-nosplit relay-bench fix-pair fix-tri fix-ring4-relay)
+               ring4-relay ring4-spark-relay ring4-relay-twin ring4-spark-twin ring4-spark-tree ring4-spark-tree-twin
+               ring4-spark-a2a ring4-spark-a2a-twin line4-relay pair-spark-plugin pair-spark-ib pair-spark-nosplit
+               pair-spark-port pair-p2p pair-p2p-ib spark-p2p-port spark-p2p-ib
+               relay-bench relay-bench-twin pair-p2p-trace fix-pair fix-tri fix-ring4-relay fix-ring4-twin)
 
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -235,28 +254,32 @@ scenario_budget() {
 }
 
 # relay-bench: mesh_e2e on the fabric, no NCCL and no GPU; its figures go to the summary.
+# run_relay_bench NAME [ENV=V ...]: the extra variables go to every rank (relay-bench-twin).
 run_relay_bench() {
-  local e2e log=$OUT_DIR/relay-bench.log start=$SECONDS rc line timeout
-  scenario_budget relay-bench 400 || return 0
+  local name=$1${RUN_SUFFIX:-}
+  shift
+  local e2e log=$OUT_DIR/$name.log start=$SECONDS rc line timeout envs=() kv
+  for kv in "$@"; do envs+=(--env "$kv"); done
+  scenario_budget "$name" 400 || return 0
   timeout=$BUDGET
   e2e=$(cd "$(dirname "$PLUGIN")" && pwd)/tests/e2e/mesh_e2e
-  say "== relay-bench: 4 nodes (ring), figures only, at most $timeout s"
+  say "== $name: 4 nodes (ring), figures only, at most $timeout s"
   if [ ! -x "$e2e" ]; then
-    say "relay-bench: $e2e is missing (cmake --build $BUILD --target mesh_e2e)"
-    FAILED+=(relay-bench)
+    say "$name: $e2e is missing (cmake --build $BUILD --target mesh_e2e)"
+    FAILED+=("$name")
     return 0
   fi
-  "$REPO/scripts/fabric-net" run --nodes 4 --topology ring --timeout "$timeout" --env NCCL_MESH_RELAY=auto -- \
+  "$REPO/scripts/fabric-net" run --nodes 4 --topology ring --timeout "$timeout" --env NCCL_MESH_RELAY=auto "${envs[@]}" -- \
     env "LD_LIBRARY_PATH=$(dirname "$e2e")/../.." "NCCL_MESH_IBVERBS_LIB=$DROPIN/libibverbs.so.1" \
     "$e2e" relay-bench --bw-bytes "$RELAY_BENCH_BYTES" --rounds 3 --deadline $((timeout - 10)) >"$log" 2>&1
   rc=$?
   line=$(grep -o 'PASS relay-bench rank=0 .*' "$log" | head -1)
   if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
-    say "relay-bench: FAILED (exit $rc, $((SECONDS - start)) s; log: $log)"
-    FAILED+=(relay-bench)
+    say "$name: FAILED (exit $rc, $((SECONDS - start)) s; log: $log)"
+    FAILED+=("$name")
   else
-    say "relay-bench: $line"
-    echo "relay-bench ($((SECONDS - start)) s): $line" >>"$OUT_DIR/summary.txt"
+    say "$name: $line"
+    echo "$name ($((SECONDS - start)) s): $line" >>"$OUT_DIR/summary.txt"
   fi
 }
 
@@ -313,11 +336,37 @@ run_named() {
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
     pair-spark-nosplit) run_scenario pair-spark-nosplit 2 full+fn2 900 pass "${mesh[@]}" --env NCCL_MESH_SPLIT_MIN=1G -- \
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
-    relay-bench) run_relay_bench ;;  # no NCCL and no GPU: the same under --rehearse
+    ring4-relay-twin) run_scenario ring4-relay-twin 4 ring 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
+      --env NCCL_MESH_RELAY_TWIN=1 --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
+    ring4-spark-twin) run_scenario ring4-spark-twin 4 ring+fn2 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
+      --env NCCL_MESH_RELAY_TWIN=1 --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
+    ring4-spark-tree|ring4-spark-tree-twin|ring4-spark-a2a|ring4-spark-a2a-twin)
+      # Issue 31's figures under real NCCL: NCCL's tree all-reduce, or its all-to-all.
+      local perf=(--env NCCL_MESH_RELAY_TWIN=0) colls=alltoall lo=16M
+      [ "$QUICK" -eq 1 ] && lo=$max
+      case "$1" in *-twin) perf=(--env NCCL_MESH_RELAY_TWIN=1) ;; esac
+      case "$1" in *-tree*) perf+=(--env NCCL_ALGO=Tree) colls=all_reduce ;; esac
+      run_scenario "$1" 4 ring+fn2 600 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto --env NCCL_RUNTIME_CONNECT=0 \
+        "${perf[@]}" -- --colls "$colls" --min-bytes "$lo" --max-bytes "$max" --factor 4 ;;
+    pair-spark-port) run_scenario pair-spark-port 2 full+fn2 900 pass "${mesh[@]}" --env NCCL_MESH_DEVICES=port -- \
+      --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
+    pair-p2p|pair-p2p-ib|spark-p2p-port|spark-p2p-ib)
+      local how=("${mesh[@]}") topo=full p2p=(--colls sendrecv,alltoall --min-bytes 32M --max-bytes 256M --factor 2)
+      [ "$QUICK" -eq 1 ] && p2p=(--colls sendrecv,alltoall --min-bytes "$max" --max-bytes "$max")
+      case "$1" in spark-*) topo=full+fn2 how+=(--env NCCL_MESH_DEVICES=port) ;; esac
+      case "$1" in *-ib) how=("${ib[@]}") ;; esac
+      run_scenario "$1" 2 "$topo" 300 pass "${how[@]}" -- "${p2p[@]}" ;;
+    relay-bench) run_relay_bench relay-bench ;;  # no NCCL and no GPU: the same under --rehearse
+    relay-bench-twin) run_relay_bench relay-bench-twin NCCL_MESH_RELAY_TWIN=1 ;;
+    pair-p2p-trace) run_scenario pair-p2p-trace 2 full 300 pass "${mesh[@]}" --env NCCL_MESH_TRACE_MAX=48M -- \
+      --colls sendrecv,alltoall --min-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 32M)" \
+      --max-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 128M)" --factor 4 ;;
     fix-pair) run_scenario fix-pair 2 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-tri) run_scenario fix-tri 3 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-ring4-relay) run_scenario fix-ring4-relay 4 ring 300 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
       --env NCCL_RUNTIME_CONNECT=0 -- "${tiny[@]}" ;;
+    fix-ring4-twin) run_scenario fix-ring4-twin 4 ring 300 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
+      --env NCCL_MESH_RELAY_TWIN=1 --env NCCL_RUNTIME_CONNECT=0 -- "${tiny[@]}" ;;
   esac
 }
 

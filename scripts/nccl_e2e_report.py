@@ -91,6 +91,11 @@ def check(args):
         facts.append("Mesh channels per rank: " + ", ".join(f"r{r}:{len(c)}" for r, c in sorted(channels.items())))
     if loads or unloads:
         facts.append(f"plugin loaded {loads}x, unloaded {unloads}x")
+    # NCCL_MESH_RELAY_TWIN=1 scenarios: the plugin's INFO line for each connection it made
+    # over two relays ("... goes through A and B (two relays)").
+    twins = joined.count("(two relays)")
+    if "-twin" in scenario:
+        facts.append(f"two-relay connections: {twins}")
 
     if args.rehearse:
         # gloo on the CPU: no NCCL log to read. What is left is the driver's own verdict.
@@ -110,6 +115,8 @@ def check(args):
             problems.append("channels via other networks: " + ", ".join(f"NET/{k} {v}" for k, v in stray.items()))
         if want == "Mesh" and mesh_info == 0:
             problems.append("no NET/Mesh lines: the plugin never logged")
+        if "-twin" in scenario and twins == 0:
+            problems.append("no connection went over two relays (NCCL_MESH_RELAY_TWIN=1)")
         if "channels" in scenario and any(len(c) < 8 for c in channels.values()):
             problems.append("fewer than 8 channels over the plugin with NCCL_MIN_NCHANNELS=8")
         if scenario.endswith("-reload") and (unloads < 1 or loads < 2):
@@ -160,7 +167,8 @@ def tables(args):
                 cells.append(f"{r['busbw']:>14.3f}" if r else f"{'-':>14}")
             print(f"{fmt_size(s):>8} " + " ".join(cells))
     pairs = (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"),
-             ("pair-spark-nosplit", "pair-spark-ib"), ("tri-plugin", "tri-ib"),
+             ("pair-spark-nosplit", "pair-spark-ib"), ("pair-spark-port", "pair-spark-ib"),
+             ("pair-p2p", "pair-p2p-ib"), ("spark-p2p-port", "spark-p2p-ib"), ("tri-plugin", "tri-ib"),
              ("ring4-ring", "ring4-ib"))
     # A scenario run again (NAME.2 ...) is compared with the other side's run of the same number.
     suffixes = sorted({name[len(base_name(name)):] for name in data}, key=lambda x: (len(x), x))

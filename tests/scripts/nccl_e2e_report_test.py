@@ -102,6 +102,16 @@ class Check(unittest.TestCase):
         code, text = self.run_check("tri-channels", lines, [row()])
         self.assertEqual(code, 0, text)
 
+    def test_a_two_relay_scenario_needs_a_two_relay_connection(self):
+        twin = ["[0] h:1:1 [0] NCCL INFO NET/Mesh : relay: connection to 198.18.1.4 goes through "
+                "198.18.0.1 and 198.18.2.3 (two relays)"]
+        code, text = self.run_check("ring4-relay-twin", MESH_LINES, [row()])
+        self.assertEqual(code, 1)
+        self.assertIn("no connection went over two relays", text)
+        code, text = self.run_check("ring4-spark-twin.2", MESH_LINES + twin, [row()])
+        self.assertEqual(code, 0, text)
+        self.assertIn("two-relay connections: 1", text)
+
     def test_a_second_run_is_checked_as_its_scenario(self):
         code, text = self.run_check("pair-ib.2", MESH_LINES, [row()])
         self.assertEqual(code, 1)
