@@ -288,6 +288,7 @@ ncclResult_t Comm::postBatch(int q, int count, bool signal) {
   stats::LinkSlot* ls = linkStats_[qp.link];
   stats::add(&ls->txBytes, bytes);
   stats::add(&ls->txOps, static_cast<uint64_t>(count));
+  if (relayTx_[qp.link] != nullptr) stats::add(relayTx_[qp.link], bytes);
   uint32_t batchBytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
   qp.bytesInFlight += batchBytes;
   if (!signal) {

@@ -3,6 +3,7 @@
 #include "mesh/relay/relay_twin.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,7 +28,53 @@ double TwinSteer::score(const Leg& l, uint64_t bytes, Clock::time_point now) con
 }
 
 int TwinSteer::pick(uint64_t bytes, Clock::time_point now) const {
+  int quiet = quieterLeg();
+  if (quiet >= 0) return quiet;
   return score(legs_[0], bytes, now) <= score(legs_[1], bytes, now) ? 0 : 1;
+}
+
+void TwinSteer::setLoad(int leg, double bytesPerSecond) {
+  load_[leg] = bytesPerSecond;
+  loadKnown_[leg] = true;
+}
+
+void TwinSteer::setOwnRate(double bytesPerSecond) { ownRate_ = bytesPerSecond; }
+
+int TwinSteer::quieterLeg() const {
+  if (!loadKnown_[0] || !loadKnown_[1] || ownRate_ < 0) return -1;
+  double hi = std::max(load_[0], load_[1]);
+  double lo = std::min(load_[0], load_[1]);
+  if (hi <= kLoadFloor * ownRate_ || hi - lo <= kLoadMargin * hi) return -1;
+  return load_[0] < load_[1] ? 0 : 1;
+}
+
+bool LoadMeter::sample(uint64_t total, uint64_t relay, Clock::time_point now) {
+  // Relay-path bytes are a part of the total; a torn read of the two can make them lead the
+  // total by a post: such a sample counts as no direct traffic.
+  uint64_t other = total >= relay ? total - relay : 0;
+  if (!started_) {
+    started_ = true;
+    firstOther_ = lastOther_ = other;
+    firstAt_ = lastAt_ = now;
+    return false;
+  }
+  double secs = std::chrono::duration<double>(now - lastAt_).count();
+  if (secs < kMinGap) return false;
+  if (!known_) {
+    // For the first kWarm: nothing; then the average since the first reading.
+    double since = std::chrono::duration<double>(now - firstAt_).count();
+    if (since < kWarm) return false;
+    rate_ = other >= firstOther_ ? static_cast<double>(other - firstOther_) / since : 0;
+  } else {
+    // Then a moving average over about kSmooth: an all-to-all's rounds (one neighbour's
+    // sends now, the other's next) average out; NCCL's tree keeps one cable busier throughout.
+    double sample = other >= lastOther_ ? static_cast<double>(other - lastOther_) / secs : 0;
+    rate_ += (1 - std::exp(-secs / kSmooth)) * (sample - rate_);
+  }
+  known_ = true;
+  lastOther_ = other;
+  lastAt_ = now;
+  return true;
 }
 
 void TwinSteer::posted(int leg, uint64_t id, uint64_t bytes, Clock::time_point now) {
@@ -55,6 +102,41 @@ void TwinSteer::completed(int leg, uint64_t id, Clock::time_point now) {
 TwinComm::TwinComm(Comm* first, std::unique_ptr<Comm> second) : first_(first), second_(std::move(second)) {
   first_->setTwin(this);
   second_->setTwin(this);
+  // Test switch (A/B figures): the steering by rates alone, as before the cables' direct
+  // traffic was read.
+  static const bool ratesOnly = getenv("MESH_TEST_TWIN_RATES_ONLY") != nullptr;
+  for (int i = 0; i < 2 && !ratesOnly; ++i) {
+    Comm* c = leg(i);
+    for (int l = 0; l < c->linkCount(); ++l) {
+      cables_[i].slots.push_back(c->linkSlot(l));
+      cables_[i].relay.push_back(c->relayPathTx(l));
+    }
+  }
+}
+
+// What each leg carried, for the log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=NET).
+TwinComm::~TwinComm() {
+  if (steer_.sends(0) + steer_.sends(1) == 0) return;
+  MESH_INFO(NCCL_NET, "relay: two-relay connection closed: its sends went %llu (%.1f MB) via leg 1, %llu (%.1f MB) "
+            "via leg 2; direct traffic on the legs' first cables %.1f / %.1f MB/s",
+            static_cast<unsigned long long>(steer_.sends(0)), static_cast<double>(steer_.bytes(0)) / 1e6,
+            static_cast<unsigned long long>(steer_.sends(1)), static_cast<double>(steer_.bytes(1)) / 1e6,
+            steer_.load(0) / 1e6, steer_.load(1) / 1e6);
+}
+
+// Each leg's cable ends: all this process posted there, and what relay paths did.
+void TwinComm::sampleLoads(TwinSteer::Clock::time_point now) {
+  if (cables_[0].slots.empty()) return;  // MESH_TEST_TWIN_RATES_ONLY
+  for (int i = 0; i < 2; ++i) {
+    uint64_t total = 0, relay = 0;
+    for (size_t l = 0; l < cables_[i].slots.size(); ++l) {
+      if (cables_[i].relay[l] == nullptr) return;  // unpublished counters: the rates decide
+      relay += stats::load(cables_[i].relay[l]);
+      total += stats::load(&cables_[i].slots[l]->txBytes);
+    }
+    if (meters_[i].sample(total, relay, now)) steer_.setLoad(i, meters_[i].rate());
+  }
+  if (own_.sample(steer_.bytes(0) + steer_.bytes(1), 0, now)) steer_.setOwnRate(own_.rate());
 }
 
 Request* TwinComm::link(Request* whole, Request* other, bool dataSend) {
@@ -88,6 +170,7 @@ ncclResult_t TwinComm::isend(void* data, size_t size, int tag, const MrHandle* m
   *out = nullptr;
   if (!payOwed()) return ncclSuccess;  // the previous message's other part first
   auto now = TwinSteer::Clock::now();
+  sampleLoads(now);
   int d = steer_.pick(size, now);
   Request* whole = nullptr;
   MESH_CHECK(static_cast<SendComm*>(leg(d))->isend(data, size, tag, mh, &whole));

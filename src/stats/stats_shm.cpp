@@ -193,6 +193,15 @@ LinkSlot* Publisher::link(const std::string& device, int port, uint32_t localAdd
   return &l;
 }
 
+uint64_t* Publisher::relayPathCounter(const LinkSlot* slot) {
+  // Process-local and never freed: a comm may hold its pointer past a close of the file.
+  static uint64_t counters[kMaxLinkSlots];
+  Published& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.file == nullptr || slot < s.file->links || slot >= s.file->links + kMaxLinkSlots) return nullptr;
+  return &counters[slot - s.file->links];
+}
+
 FlowSlot* Publisher::flow(FlowKind kind, uint32_t peerAddr, uint32_t viaAddr, uint32_t originAddr) {
   Published& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);

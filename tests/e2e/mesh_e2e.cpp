@@ -52,14 +52,15 @@ const ScenarioInfo kScenarios[] = {
      "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
      "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
      "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
-    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays"},
+    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays", "quiet-leg-share"},
      "[--algo ring|tree|alltoall|contention] [--bytes 64M] [--channels 4] [--slice 512K] [--iters 3]\n"
      "                  [--warmup 1] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
      "                  pipelined as NCCL runs them (8 slots per connection), busbw and, with --ceiling, the\n"
      "                  cabling's bound; data exact; streak= the most transfers one connection completed while\n"
      "                  another with work left completed none (--max-streak fails above N); --twin-relays\n"
      "                  (NCCL_MESH_RELAY_TWIN=1 on every node): every connection to an uncabled peer must have\n"
-     "                  gone over two relays"},
+     "                  gone over two relays; [--quiet-leg-share X] each of them sent at least X of its\n"
+     "                  sends over one leg (NCCL's tree on a 4-ring: the leg whose first cable has no tree edge)"},
     {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
      "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
     {"link-down", runLinkDown, {"size", "after", "bound"},

@@ -13,6 +13,7 @@
 // (coll_pipeline.h algbwBound).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "coll_pipeline.h"
@@ -251,6 +252,29 @@ class CollBench {
 
 std::string runContention(Context& ctx);
 
+// The larger leg's share of each two-relay connection's sends, from the plugin's close lines
+// ("its sends went A (..) via leg 1, B (..) via leg 2"), comma-separated; fails when one with
+// data is under `least` (0: no check).
+std::string twinLegShares(Context& ctx, size_t mark, double least) {
+  static const std::string kWent = "its sends went ", kLeg2 = " via leg 1, ";
+  std::string out;
+  for (const LogLine& l : ctx.net.logSince(mark)) {
+    size_t at = l.text.find(kWent), mid = l.text.find(kLeg2);
+    if (at == std::string::npos || mid == std::string::npos) continue;
+    double a = std::strtod(l.text.c_str() + at + kWent.size(), nullptr);
+    double b = std::strtod(l.text.c_str() + mid + kLeg2.size(), nullptr);
+    if (a + b == 0) continue;
+    double share = std::max(a, b) / (a + b);
+    out += format("%s%.2f", out.empty() ? "" : ",", share);
+    if (least > 0 && share < least) {
+      fail("--quiet-leg-share %.2f: a two-relay connection split its sends %.0f / %.0f (%s)", least, a, b,
+           l.text.c_str());
+    }
+  }
+  if (least > 0 && out.empty()) fail("--quiet-leg-share: no two-relay connection reported its sends at close");
+  return out;
+}
+
 std::string runCollBench(Context& ctx) {
   requireNodes(ctx, 0);
   std::string algo = ctx.opts.str("algo", "ring");
@@ -266,6 +290,12 @@ std::string runCollBench(Context& ctx) {
   int warmup = static_cast<int>(ctx.opts.integer("warmup", 1));
   double ceiling = ctx.opts.real("ceiling", 0);
   long maxStreak = ctx.opts.integer("max-streak", 0);
+  // --quiet-leg-share X (with --twin-relays): every two-relay connection of this rank that
+  // carried data sent at least X of its sends over one leg (the plugin's close line): on a
+  // 4-ring NCCL's tree fills one cable of each relayed pair's ways with direct traffic, and
+  // the steering must keep the relayed bytes on the other (mesh/relay/relay_twin.h).
+  double quietShare = ctx.opts.real("quiet-leg-share", 0);
+  if (quietShare > 0 && !ctx.opts.has("twin-relays")) fail("--quiet-leg-share needs --twin-relays");
   if (channels < 1 || channels > 32 || iters < 1 || warmup < 0) fail("--channels 1..32, --iters >= 1, --warmup >= 0");
   if (algo == "tree" && channels % 2 != 0) fail("--algo tree needs an even --channels (half per tree)");
   CollBench bench(ctx, algo, bytes, channels, slice, ctx.opts.has("twin-relays"));
@@ -284,7 +314,9 @@ std::string runCollBench(Context& ctx) {
   }
   std::string bad = bench.check(warmup + iters - 1);
   ctx.barrier("coll-bench-done");
+  size_t closeMark = ctx.net.logSize();
   bench.close();
+  std::string shares = twinLegShares(ctx, closeMark, quietShare);
   ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
   if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
   if (maxStreak > 0 && streak > static_cast<size_t>(maxStreak)) {
@@ -306,6 +338,7 @@ std::string runCollBench(Context& ctx) {
     out += format(" bound_busbw_MBps=%.1f fraction=%.3f (%s; cable ceiling %.1f MB/s)", bound / 1e6, busbw / bound,
                   how.c_str(), ceiling / 1e6);
   }
+  if (!shares.empty()) out += " leg_shares=" + shares;
   std::string sent = fabricSentBytes();
   if (!sent.empty()) out += " sent: " + sent;  // how the node's cables and functions shared it
   return out;

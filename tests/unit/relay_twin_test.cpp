@@ -4,6 +4,7 @@
 // sender keeps NCCL's 8 steps in flight, as the proxy does.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <deque>
 
 #include "mesh/relay/relay_twin.h"
@@ -122,6 +123,77 @@ TEST(TwinSteer, AnIdleLegIsTriedAgain) {
   s.posted(0, 4, 1 << 20, at(1.2));
   EXPECT_EQ(s.pick(1 << 20, at(1.25)), 0) << "leg 1 was slow and idle for less than kRetryIdle";
   EXPECT_EQ(s.pick(1 << 20, at(1.0 + TwinSteer::kRetryIdle + 0.1)), 1) << "leg 1 idle for longer: tried again";
+}
+
+// NCCL's tree on a 4-ring: one relay's onward path shares a cable NCCL's own tree edge fills.
+// Both legs deliver alike (the fabric shares the busy cable fairly), so the rates alone would
+// split the bytes; the other traffic on the first cables decides instead.
+TEST(TwinSteer, ALegWhoseCableCarriesClearlyMoreOtherTrafficIsAvoided) {
+  Sim sim;
+  sim.rate[0] = sim.rate[1] = 10e6;
+  sim.steer.setLoad(0, 12e6);  // NCCL's tree edge on leg 0's cable
+  sim.steer.setLoad(1, 1e6);
+  sim.steer.setOwnRate(10e6);
+  EXPECT_EQ(sim.steer.quieterLeg(), 1);
+  sim.run(64, 512 << 10, 8);
+  EXPECT_EQ(sim.picks[0], 0u) << "every send on the quieter cable, however much leg 1 holds";
+  EXPECT_EQ(sim.picks[1], 64u);
+}
+
+TEST(TwinSteer, SimilarLoadsLeaveTheChoiceToTheRates) {
+  Sim sim;
+  sim.rate[0] = sim.rate[1] = 10e6;
+  sim.steer.setLoad(0, 10e6);  // an all-to-all: both cables about as busy
+  sim.steer.setLoad(1, 7e6);
+  sim.steer.setOwnRate(10e6);
+  EXPECT_EQ(sim.steer.quieterLeg(), -1) << "within kLoadMargin";
+  sim.run(64, 512 << 10, 8);
+  EXPECT_NEAR(static_cast<double>(sim.picks[0]), 32.0, 4.0);
+}
+
+TEST(TwinSteer, LoadsSmallNextToWhatTheConnectionSendsDoNotDecide) {
+  TwinSteer s;
+  s.setOwnRate(100e6);  // a relayed stream at 100 MB/s
+  s.setLoad(0, 2e6);    // a receiver's FIFO writes beside it: noise
+  s.setLoad(1, 0);
+  EXPECT_EQ(s.quieterLeg(), -1);
+  s.setLoad(0, 20e6);
+  EXPECT_EQ(s.quieterLeg(), 1);
+}
+
+TEST(TwinSteer, UnknownLoadsDoNotDecide) {
+  TwinSteer s;
+  s.setLoad(0, 50e6);
+  s.setOwnRate(10e6);
+  EXPECT_EQ(s.quieterLeg(), -1) << "leg 1's load not known yet (unpublished counters: never)";
+  TwinSteer t;
+  t.setLoad(0, 50e6);
+  t.setLoad(1, 0);
+  EXPECT_EQ(t.quieterLeg(), -1) << "the connection's own rate not known yet";
+}
+
+TEST(LoadMeter, RateOfTheDirectTraffic) {
+  LoadMeter m;
+  EXPECT_FALSE(m.sample(1000, 400, at(0)));
+  EXPECT_FALSE(m.known());
+  // 10 MB/s of direct traffic beside 20 MB/s of relayed: no rate before kWarm.
+  EXPECT_FALSE(m.sample(1000 + 3000000, 400 + 2000000, at(0.1)));
+  EXPECT_FALSE(m.known());
+  double w = LoadMeter::kWarm;
+  ASSERT_TRUE(m.sample(1000 + static_cast<uint64_t>(30e6 * w), 400 + static_cast<uint64_t>(20e6 * w), at(w)));
+  EXPECT_NEAR(m.rate(), 10e6, 1) << "the average since the first reading";
+  // Then a moving average: 1 s with no direct traffic at all.
+  uint64_t total = 1000 + static_cast<uint64_t>(30e6 * w) + 5000000, relay = 400 + static_cast<uint64_t>(20e6 * w) + 5000000;
+  ASSERT_TRUE(m.sample(total, relay, at(w + 1)));
+  EXPECT_NEAR(m.rate(), 10e6 * std::exp(-1 / LoadMeter::kSmooth), 1);
+  EXPECT_FALSE(m.sample(total, relay, at(w + 1 + LoadMeter::kMinGap / 2))) << "too soon for another";
+}
+
+TEST(LoadMeter, RelayBytesAheadOfTheTotalCountAsNoDirectTraffic) {
+  LoadMeter m;
+  m.sample(100, 100, at(0));
+  ASSERT_TRUE(m.sample(100, 200, at(LoadMeter::kWarm)));  // a torn read: the relay-path counter read after a post
+  EXPECT_EQ(m.rate(), 0);
 }
 
 }  // namespace

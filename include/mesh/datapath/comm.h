@@ -246,9 +246,13 @@ class Comm : public PreparedConn {
   // the comm its flow (a relayed connection, a relay's forwarding); markOpen(): the comm is
   // NCCL's (or the relay's) now: a comm without a flow gets the direct one to its peer (its
   // lowest address on our cables), the flow counts it opened, and close() counts it closed.
+  // A relayed or forwarded flow's posts also count as relay-path bytes of their cable ends.
   void countAs(stats::FlowKind kind, uint32_t peerAddr, uint32_t viaAddr, uint32_t originAddr) {
     stats::FlowSlot* f = stats::Publisher::flow(kind, peerAddr, viaAddr, originAddr);
     flowStats_ = f != nullptr ? f : &sinkFlow_;
+    for (size_t l = 0; l < links_.size(); ++l) {
+      relayTx_[l] = kind == stats::FlowKind::Direct ? nullptr : stats::Publisher::relayPathCounter(linkStats_[l]);
+    }
   }
   uint32_t peerAddr() const { return peerAddr_; }
   // A receiver whose sender is a relay: the relayed connection's sender, as the relay's
@@ -260,6 +264,11 @@ class Comm : public PreparedConn {
   // The two-relay connection this comm is a leg of (NULL: none). Its first leg owns it.
   TwinComm* twin() const { return twin_; }
   void setTwin(TwinComm* t) { twin_ = t; }
+  // The live counters of this comm's links (cable ends); a link's may be the comm's own sink.
+  int linkCount() const { return static_cast<int>(links_.size()); }
+  const stats::LinkSlot* linkSlot(int link) const { return linkStats_[link]; }
+  // What relay paths posted on link `l`'s cable end (NULL: its counters are unpublished).
+  const uint64_t* relayPathTx(int link) const { return stats::Publisher::relayPathCounter(linkStats_[link]); }
   // Whether the peer is still there (false once the control link closed or the comm failed).
   // Polls the comm's completions and fails it if its peer is gone (a request that waits on
   // another comm's progress: a two-relay connection's part).
@@ -389,6 +398,7 @@ class Comm : public PreparedConn {
   stats::LinkSlot sinkLink_ = {};    // where counts go when they are not published
   stats::FlowSlot sinkFlow_ = {};
   stats::LinkSlot* linkStats_[kMaxLinks];  // per link; the sink until prepare()
+  uint64_t* relayTx_[kMaxLinks] = {};      // per link: a relayed or forwarded flow's (countAs)
   stats::FlowSlot* flowStats_ = &sinkFlow_;
   ibv_send_wr wrs_[kMaxBatch] = {};
   ibv_sge sges_[kMaxBatch] = {};

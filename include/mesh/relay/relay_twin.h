@@ -18,10 +18,14 @@
 //    memory is registered on both legs' devices). Both legs thus see every message in NCCL's
 //    order, so each keeps the ordinary in-order FIFO contract, and a request completes when
 //    both of its parts did; a receive's sizes are the sum of its parts' (one of them is 0).
-//  - the leg is chosen per send by TwinSteer: the one whose recent delivery rate promises
-//    the bytes through sooner. A relay whose onward cable is busy with direct traffic
-//    delivers slower and gets fewer sends, so NCCL's tree keeps most relayed bytes off the
-//    cable it already fills; where both ways are alike (an all-to-all) the bytes split evenly.
+//  - the leg is chosen per send by TwinSteer. When the legs' first cables carry clearly
+//    different amounts of direct traffic (this process's NCCL connections to that neighbour,
+//    read from the live counters over seconds: LoadMeter), the quieter one: NCCL's tree on a
+//    4-ring puts its own edges on one of each relayed pair's first cables, and a relayed byte
+//    there slows the tree. Otherwise the one whose recent delivery rate promises the bytes
+//    through sooner, so where both ways are alike (an all-to-all) the bytes split evenly.
+//    Relayed traffic (ours, and what this node forwards for others) is not counted as load:
+//    the nodes' choices would chase each other.
 // Threads: as any comm (one NCCL thread at a time); nothing here locks.
 #pragma once
 
@@ -45,17 +49,32 @@ namespace mesh {
 class TwinSteer {
  public:
   using Clock = std::chrono::steady_clock;
-  // The leg (0 or 1) expected to have `bytes` more through sooner: the bytes it holds plus
-  // these, at the rate it delivered lately or at what its oldest send in flight shows it
-  // does now, whichever is slower. A leg with no rate yet is tried first; one idle for
-  // kRetryIdle is tried again (what slowed it may be gone). Ties: leg 0.
+  // The leg (0 or 1) for the next `bytes`. When the two legs' first cables carry clearly
+  // different amounts of direct traffic (setLoad: NCCL's own connections to the neighbour),
+  // the quieter one: a relayed byte on a cable a direct connection fills slows that
+  // connection (NCCL's tree on a 4-ring: docs/relay.md). Otherwise the leg
+  // expected to have `bytes` more through sooner: the bytes it holds plus these, at the
+  // rate it delivered lately or at what its oldest send in flight shows it does now,
+  // whichever is slower. A leg with no rate yet is tried first; one idle for kRetryIdle is
+  // tried again (what slowed it may be gone). Ties: leg 0.
   int pick(uint64_t bytes, Clock::time_point now) const;
+  // The direct traffic on `leg`'s first cable, bytes/s (LoadMeter), and what this connection
+  // itself sends, over the same time.
+  void setLoad(int leg, double bytesPerSecond);
+  void setOwnRate(double bytesPerSecond);
+  // The leg pick() takes for its quieter cable, or -1 when the loads do not decide: unknown,
+  // within kLoadMargin of each other, or both small next to what this connection sends
+  // (under kLoadFloor of it: a receiver's FIFO writes beside a relayed stream, say).
+  int quieterLeg() const;
   // A send of `bytes` (> 0) posted on `leg`, and its completion (`id` names it).
   void posted(int leg, uint64_t id, uint64_t bytes, Clock::time_point now);
   void completed(int leg, uint64_t id, Clock::time_point now);
   uint64_t sends(int leg) const { return legs_[leg].sends; }
   uint64_t bytes(int leg) const { return legs_[leg].total; }
+  double load(int leg) const { return load_[leg]; }  // as last set (0 until then)
   static constexpr double kRetryIdle = 0.5;  // seconds
+  static constexpr double kLoadMargin = 0.4;
+  static constexpr double kLoadFloor = 0.05;
 
  private:
   struct InFlight {
@@ -72,6 +91,34 @@ class TwinSteer {
   };
   double score(const Leg& l, uint64_t bytes, Clock::time_point now) const;
   Leg legs_[2];
+  double load_[2] = {0, 0};
+  bool loadKnown_[2] = {false, false};
+  double ownRate_ = -1;  // unknown
+};
+
+// The rate of the direct traffic on a leg's first cable (NCCL's connections to that
+// neighbour): from the live counters of the leg's cable ends, this process's bytes posted on
+// them less those relay paths posted (relayed legs, forwarding for others). Relayed traffic
+// is left out on purpose: it is what the steering moves, and counting it would let the
+// nodes' choices chase each other (an all-to-all would lock into lopsided routes). Pure,
+// unit-tested.
+class LoadMeter {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Counters read at `now`; true when a new rate came of it (at most one per kMinGap, none
+  // before kWarm has passed since the first reading).
+  bool sample(uint64_t total, uint64_t relay, Clock::time_point now);
+  bool known() const { return known_; }
+  double rate() const { return rate_; }  // bytes/s
+  static constexpr double kMinGap = 0.002;  // seconds
+  static constexpr double kWarm = 2.0;      // seconds of readings before a rate counts
+  static constexpr double kSmooth = 2.0;    // seconds: the average's time constant
+
+ private:
+  bool started_ = false, known_ = false;
+  uint64_t firstOther_ = 0, lastOther_ = 0;
+  Clock::time_point firstAt_, lastAt_;
+  double rate_ = 0;
 };
 
 // The data path of a two-relay connection. Owned by the first leg's comm (the one NCCL
@@ -79,6 +126,7 @@ class TwinSteer {
 class TwinComm {
  public:
   TwinComm(Comm* first, std::unique_ptr<Comm> second);
+  ~TwinComm();
   Comm* leg(int i) const { return i == 0 ? first_ : second_.get(); }
   // The second leg, for closing it (the TwinComm is done with it).
   std::unique_ptr<Comm> releaseSecond() { return std::move(second_); }
@@ -122,6 +170,15 @@ class TwinComm {
   Part parts_[2][kRequestPool];
   Owed owed_;
   TwinSteer steer_;
+  // Each leg's cable ends and their relay-path counters, read to feed steer_.setLoad.
+  struct LegCables {
+    std::vector<const stats::LinkSlot*> slots;
+    std::vector<const uint64_t*> relay;  // per slot: what relay paths posted there (NULL: unpublished)
+  };
+  LegCables cables_[2];
+  LoadMeter meters_[2];
+  LoadMeter own_;  // this connection's data sends
+  void sampleLoads(TwinSteer::Clock::time_point now);
   uint64_t nextId_ = 1;
 };
 

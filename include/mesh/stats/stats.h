@@ -128,6 +128,12 @@ class Publisher {
   static LinkSlot* link(const std::string& device, int port, uint32_t localAddr, uint32_t peerAddr);
   static FlowSlot* flow(FlowKind kind, uint32_t peerAddr, uint32_t viaAddr, uint32_t originAddr);
   static void event(int e, uint64_t n = 1);
+  // A process-local counter beside a published link slot (never in the file): the bytes that
+  // relay paths posted on that cable end (relayed connections' sending legs, one relay or two,
+  // and this node's forwarding for others), so that a two-relay connection can tell the
+  // cable's direct traffic (NCCL's connections to the neighbour) from the rest
+  // (mesh/relay/relay_twin.h). NULL for a slot not in the published file (a comm's own sink).
+  static uint64_t* relayPathCounter(const LinkSlot* slot);
 };
 
 // NCCL_MESH_STATS_DIR's default: /dev/shm/nccl-mesh-<uid>.
