@@ -30,6 +30,7 @@ double TwinSteer::score(const Leg& l, uint64_t bytes, Clock::time_point now) con
 int TwinSteer::pick(uint64_t bytes, Clock::time_point now) const {
   int quiet = quieterLeg();
   if (quiet >= 0) return quiet;
+  if (planLeg_) return 0;
   return score(legs_[0], bytes, now) <= score(legs_[1], bytes, now) ? 0 : 1;
 }
 
@@ -105,6 +106,8 @@ TwinComm::TwinComm(Comm* first, std::unique_ptr<Comm> second) : first_(first), s
   // Test switch (A/B figures): the steering by rates alone, as before the cables' direct
   // traffic was read.
   static const bool ratesOnly = getenv("MESH_TEST_TWIN_RATES_ONLY") != nullptr;
+  static const bool planLeg = getenv("MESH_TEST_TWIN_PLAN_LEG") != nullptr;
+  if (planLeg) steer_.preferPlanLeg();
   for (int i = 0; i < 2 && !ratesOnly; ++i) {
     Comm* c = leg(i);
     for (int l = 0; l < c->linkCount(); ++l) {

@@ -172,6 +172,21 @@ TEST(TwinSteer, UnknownLoadsDoNotDecide) {
   EXPECT_EQ(t.quieterLeg(), -1) << "the connection's own rate not known yet";
 }
 
+// The test switch MESH_TEST_TWIN_PLAN_LEG (figures only): where the loads do not decide, the
+// plan's leg takes every send, however the rates compare; where they do, they still win.
+TEST(TwinSteer, APlanLegPreferenceYieldsOnlyToTheLoads) {
+  Sim sim;
+  sim.steer.preferPlanLeg();
+  sim.rate[0] = 5e6;
+  sim.rate[1] = 20e6;
+  sim.run(32, 512 << 10, 8);
+  EXPECT_EQ(sim.picks[0], 32u);
+  sim.steer.setLoad(0, 12e6);
+  sim.steer.setLoad(1, 0);
+  sim.steer.setOwnRate(10e6);
+  EXPECT_EQ(sim.steer.pick(512 << 10, at(100)), 1);
+}
+
 TEST(LoadMeter, RateOfTheDirectTraffic) {
   LoadMeter m;
   EXPECT_FALSE(m.sample(1000, 400, at(0)));

@@ -62,6 +62,9 @@ class TwinSteer {
   // itself sends, over the same time.
   void setLoad(int leg, double bytesPerSecond);
   void setOwnRate(double bytesPerSecond);
+  // Test switch (MESH_TEST_TWIN_PLAN_LEG=1, figures only): when the loads do not decide, leg 0
+  // (the route plan's way) instead of the rates.
+  void preferPlanLeg() { planLeg_ = true; }
   // The leg pick() takes for its quieter cable, or -1 when the loads do not decide: unknown,
   // within kLoadMargin of each other, or both small next to what this connection sends
   // (under kLoadFloor of it: a receiver's FIFO writes beside a relayed stream, say).
@@ -94,6 +97,7 @@ class TwinSteer {
   double load_[2] = {0, 0};
   bool loadKnown_[2] = {false, false};
   double ownRate_ = -1;  // unknown
+  bool planLeg_ = false;
 };
 
 // The rate of the direct traffic on a leg's first cable (NCCL's connections to that
