@@ -337,9 +337,9 @@ std::vector<Setting> buildTable() {
                   &Config::relayPlan),
       boolSetting("NCCL_MESH_RELAY_TWIN", "0",
                   "Relay: 1 = a pair with two equally short ways through different relays (a 4-ring's "
-                  "opposite nodes) connects over both, each send going the way whose first cable carries less "
-                  "direct traffic, else the way that delivers sooner (NCCL's tree gains, all-to-all loses a "
-                  "little: docs/relay.md); 0 = one relay per connection",
+                  "opposite nodes) connects over both, each send going the way whose first cable carries "
+                  "clearly less direct traffic, else the route plan's way (NCCL's tree gains: docs/relay.md); "
+                  "0 = one relay per connection",
                   &Config::relayTwin),
       sizeSetting("NCCL_MESH_RELAY_CHUNK", "512K",
                   "Relay: bytes per slot of a relayed connection's staging ring "

@@ -103,11 +103,12 @@ void TwinSteer::completed(int leg, uint64_t id, Clock::time_point now) {
 TwinComm::TwinComm(Comm* first, std::unique_ptr<Comm> second) : first_(first), second_(std::move(second)) {
   first_->setTwin(this);
   second_->setTwin(this);
-  // Test switch (A/B figures): the steering by rates alone, as before the cables' direct
-  // traffic was read.
+  // Test switches (A/B figures; the two-way data path's tests): MESH_TEST_TWIN_RATES, the
+  // loads, else the rates; MESH_TEST_TWIN_RATES_ONLY, the rates alone, as before the cables'
+  // direct traffic was read.
   static const bool ratesOnly = getenv("MESH_TEST_TWIN_RATES_ONLY") != nullptr;
-  static const bool planLeg = getenv("MESH_TEST_TWIN_PLAN_LEG") != nullptr;
-  if (planLeg) steer_.preferPlanLeg();
+  static const bool rates = ratesOnly || getenv("MESH_TEST_TWIN_RATES") != nullptr;
+  if (rates) steer_.useRates();
   for (int i = 0; i < 2 && !ratesOnly; ++i) {
     Comm* c = leg(i);
     for (int l = 0; l < c->linkCount(); ++l) {

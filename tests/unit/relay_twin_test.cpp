@@ -65,6 +65,7 @@ struct Sim {
 
 TEST(TwinSteer, UntriedLegsAreTriedFirstTiesGoToLegZero) {
   TwinSteer s;
+  s.useRates();  // the rates decide (MESH_TEST_TWIN_RATES)
   EXPECT_EQ(s.pick(1000, at(0)), 0);
   s.posted(0, 1, 1000, at(0));
   EXPECT_EQ(s.pick(1000, at(0)), 1) << "leg 1 has no rate yet: it is tried";
@@ -78,6 +79,7 @@ TEST(TwinSteer, UntriedLegsAreTriedFirstTiesGoToLegZero) {
 
 TEST(TwinSteer, EqualLegsShareEvenly) {
   Sim sim;
+  sim.steer.useRates();
   sim.rate[0] = sim.rate[1] = 10e6;
   sim.run(400, 512 << 10, 8);
   double share = static_cast<double>(sim.picks[0]) / 400;
@@ -89,6 +91,7 @@ TEST(TwinSteer, EqualLegsShareEvenly) {
 // about in proportion to its rate, and the pair moves nearly what both legs can.
 TEST(TwinSteer, ASlowerLegGetsFewerSends) {
   Sim sim;
+  sim.steer.useRates();
   sim.rate[0] = 2.5e6;
   sim.rate[1] = 10e6;
   double end = sim.run(400, 512 << 10, 8);
@@ -102,6 +105,7 @@ TEST(TwinSteer, ASlowerLegGetsFewerSends) {
 // about its share of what both legs deliver from then on (200 x 0.5 / 10.5 = 9.5 sends).
 TEST(TwinSteer, ALegThatSlowsDownIsLeftAlone) {
   Sim sim;
+  sim.steer.useRates();
   sim.rate[0] = sim.rate[1] = 10e6;
   double now = sim.run(100, 512 << 10, 8);
   sim.rate[0] = 0.5e6;
@@ -113,6 +117,7 @@ TEST(TwinSteer, ALegThatSlowsDownIsLeftAlone) {
 // A leg left idle for kRetryIdle is tried again: what slowed it may be gone.
 TEST(TwinSteer, AnIdleLegIsTriedAgain) {
   TwinSteer s;
+  s.useRates();
   s.posted(0, 1, 1 << 20, at(0));
   s.posted(1, 2, 1 << 20, at(0));
   s.completed(0, 1, at(0.01));   // fast
@@ -143,6 +148,7 @@ TEST(TwinSteer, ALegWhoseCableCarriesClearlyMoreOtherTrafficIsAvoided) {
 TEST(TwinSteer, SimilarLoadsLeaveTheChoiceToTheRates) {
   Sim sim;
   sim.rate[0] = sim.rate[1] = 10e6;
+  sim.steer.useRates();
   sim.steer.setLoad(0, 10e6);  // an all-to-all: both cables about as busy
   sim.steer.setLoad(1, 7e6);
   sim.steer.setOwnRate(10e6);
@@ -172,11 +178,10 @@ TEST(TwinSteer, UnknownLoadsDoNotDecide) {
   EXPECT_EQ(t.quieterLeg(), -1) << "the connection's own rate not known yet";
 }
 
-// The test switch MESH_TEST_TWIN_PLAN_LEG (figures only): where the loads do not decide, the
-// plan's leg takes every send, however the rates compare; where they do, they still win.
-TEST(TwinSteer, APlanLegPreferenceYieldsOnlyToTheLoads) {
+// Where the loads do not decide, the plan's way (leg 0) takes every send, however the rates
+// compare; where they do, they win.
+TEST(TwinSteer, ThePlansWayTakesEverySendUnlessTheLoadsDecide) {
   Sim sim;
-  sim.steer.preferPlanLeg();
   sim.rate[0] = 5e6;
   sim.rate[1] = 20e6;
   sim.run(32, 512 << 10, 8);

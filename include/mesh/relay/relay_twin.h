@@ -22,10 +22,10 @@
 //    different amounts of direct traffic (this process's NCCL connections to that neighbour,
 //    read from the live counters over seconds: LoadMeter), the quieter one: NCCL's tree on a
 //    4-ring puts its own edges on one of each relayed pair's first cables, and a relayed byte
-//    there slows the tree. Otherwise the one whose recent delivery rate promises the bytes
-//    through sooner, so where both ways are alike (an all-to-all) the bytes split evenly.
-//    Relayed traffic (ours, and what this node forwards for others) is not counted as load:
-//    the nodes' choices would chase each other.
+//    there slows the tree. Otherwise the route plan's way (leg 1), as one relay would: both
+//    ways at once cost an all-to-all more (in-order completion over two ways) than they gave
+//    a lone relayed stream. Relayed traffic (ours, and what this node forwards for others) is
+//    not counted as load: the nodes' choices would chase each other.
 // Threads: as any comm (one NCCL thread at a time); nothing here locks.
 #pragma once
 
@@ -52,19 +52,22 @@ class TwinSteer {
   // The leg (0 or 1) for the next `bytes`. When the two legs' first cables carry clearly
   // different amounts of direct traffic (setLoad: NCCL's own connections to the neighbour),
   // the quieter one: a relayed byte on a cable a direct connection fills slows that
-  // connection (NCCL's tree on a 4-ring: docs/relay.md). Otherwise the leg
-  // expected to have `bytes` more through sooner: the bytes it holds plus these, at the
-  // rate it delivered lately or at what its oldest send in flight shows it does now,
-  // whichever is slower. A leg with no rate yet is tried first; one idle for kRetryIdle is
-  // tried again (what slowed it may be gone). Ties: leg 0.
+  // connection (NCCL's tree on a 4-ring: docs/relay.md). Otherwise leg 0, the route plan's
+  // way: one connection's 8 slots complete in order, so a message on the other way waits for
+  // the slower of the two (an all-to-all split by rates lost up to a fifth).
+  // With useRates() (test switches, figures): otherwise the leg expected to have `bytes`
+  // more through sooner: the bytes it holds plus these, at the rate it delivered lately or
+  // at what its oldest send in flight shows it does now, whichever is slower. A leg with no
+  // rate yet is tried first; one idle for kRetryIdle is tried again. Ties: leg 0.
   int pick(uint64_t bytes, Clock::time_point now) const;
   // The direct traffic on `leg`'s first cable, bytes/s (LoadMeter), and what this connection
   // itself sends, over the same time.
   void setLoad(int leg, double bytesPerSecond);
   void setOwnRate(double bytesPerSecond);
-  // Test switch (MESH_TEST_TWIN_PLAN_LEG=1, figures only): when the loads do not decide, leg 0
-  // (the route plan's way) instead of the rates.
-  void preferPlanLeg() { planLeg_ = true; }
+  // Where the loads do not decide, the rates instead of the plan's way (MESH_TEST_TWIN_RATES,
+  // MESH_TEST_TWIN_RATES_ONLY: the steering of earlier builds, for figures and for tests of
+  // both ways carrying data).
+  void useRates() { planLeg_ = false; }
   // The leg pick() takes for its quieter cable, or -1 when the loads do not decide: unknown,
   // within kLoadMargin of each other, or both small next to what this connection sends
   // (under kLoadFloor of it: a receiver's FIFO writes beside a relayed stream, say).
@@ -97,7 +100,7 @@ class TwinSteer {
   double load_[2] = {0, 0};
   bool loadKnown_[2] = {false, false};
   double ownRate_ = -1;  // unknown
-  bool planLeg_ = false;
+  bool planLeg_ = true;
 };
 
 // The rate of the direct traffic on a leg's first cable (NCCL's connections to that
