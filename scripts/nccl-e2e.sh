@@ -324,10 +324,13 @@ run_named() {
       --colls all_reduce,all_gather,alltoall --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90 ;;
     ring4-ib) run_scenario ring4-ib 4 ring 300 record "${ib[@]}" --env NCCL_ALGO=Ring -- \
       --colls all_reduce --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90 ;;
-    ring4-relay) run_scenario ring4-relay 4 ring 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto --env NCCL_RUNTIME_CONNECT=0 -- \
-      --colls "$colls_all" "${sizes[@]}" ;;
-    ring4-spark-relay) run_scenario ring4-spark-relay 4 ring+fn2 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
-      --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
+    ring4-relay|ring4-spark-relay|ring4-relay-twin|ring4-spark-twin)
+      # The relayed 4-ring, plain or of Spark cables, through one relay or two per connection.
+      local topo=ring twin=()
+      case "$1" in ring4-spark-*) topo=ring+fn2 ;; esac
+      case "$1" in *-twin) twin=(--env NCCL_MESH_RELAY_TWIN=1) ;; esac
+      run_scenario "$1" 4 "$topo" 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto "${twin[@]}" \
+        --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
     line4-relay) run_scenario line4-relay 4 line 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto -- \
       --colls "$colls_all" "${sizes[@]}" ;;
     pair-spark-plugin) run_scenario pair-spark-plugin 2 full+fn2 900 pass "${mesh[@]}" -- \
@@ -336,10 +339,6 @@ run_named() {
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
     pair-spark-nosplit) run_scenario pair-spark-nosplit 2 full+fn2 900 pass "${mesh[@]}" --env NCCL_MESH_SPLIT_MIN=1G -- \
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
-    ring4-relay-twin) run_scenario ring4-relay-twin 4 ring 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
-      --env NCCL_MESH_RELAY_TWIN=1 --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
-    ring4-spark-twin) run_scenario ring4-spark-twin 4 ring+fn2 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
-      --env NCCL_MESH_RELAY_TWIN=1 --env NCCL_RUNTIME_CONNECT=0 -- --colls "$colls_all" "${sizes[@]}" ;;
     ring4-spark-tree|ring4-spark-tree-twin|ring4-spark-a2a|ring4-spark-a2a-twin)
       # Issue 31's figures under real NCCL: NCCL's tree all-reduce, or its all-to-all.
       local perf=(--env NCCL_MESH_RELAY_TWIN=0) colls=alltoall lo=16M
@@ -363,10 +362,11 @@ run_named() {
       --max-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 128M)" --factor 4 ;;
     fix-pair) run_scenario fix-pair 2 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-tri) run_scenario fix-tri 3 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
-    fix-ring4-relay) run_scenario fix-ring4-relay 4 ring 300 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
-      --env NCCL_RUNTIME_CONNECT=0 -- "${tiny[@]}" ;;
-    fix-ring4-twin) run_scenario fix-ring4-twin 4 ring 300 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto \
-      --env NCCL_MESH_RELAY_TWIN=1 --env NCCL_RUNTIME_CONNECT=0 -- "${tiny[@]}" ;;
+    fix-ring4-relay|fix-ring4-twin)
+      local twin=()
+      [ "$1" = fix-ring4-twin ] && twin=(--env NCCL_MESH_RELAY_TWIN=1)
+      run_scenario "$1" 4 ring 300 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto "${twin[@]}" \
+        --env NCCL_RUNTIME_CONNECT=0 -- "${tiny[@]}" ;;
   esac
 }
 

@@ -80,13 +80,17 @@ bool LoadMeter::sample(uint64_t total, uint64_t relay, Clock::time_point now) {
 
 void TwinSteer::posted(int leg, uint64_t id, uint64_t bytes, Clock::time_point now) {
   Leg& l = legs_[leg];
-  l.inflight.push_back(InFlight{id, bytes, now});
-  l.held += bytes;
   ++l.sends;
   l.total += bytes;
+  // What score() reads; on the plan's way nothing does, so nothing is kept (a deque grows
+  // by allocating, and this is the data path).
+  if (planLeg_) return;
+  l.inflight.push_back(InFlight{id, bytes, now});
+  l.held += bytes;
 }
 
 void TwinSteer::completed(int leg, uint64_t id, Clock::time_point now) {
+  if (planLeg_) return;  // nothing in flight was kept (posted)
   Leg& l = legs_[leg];
   auto it = std::find_if(l.inflight.begin(), l.inflight.end(), [id](const InFlight& f) { return f.id == id; });
   if (it == l.inflight.end()) return;

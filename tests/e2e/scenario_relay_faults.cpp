@@ -83,7 +83,6 @@ std::string waitForLog(Context& ctx, size_t mark, const std::string& needle, dou
   }
 }
 
-
 // The neighbour carrying this rank's last relayed connect, from its INFO line
 // "relay: connected to <target> via <addr> (relayed)" logged since `mark`.
 int relayFromLog(Context& ctx, size_t mark, int target) {

@@ -66,7 +66,8 @@ class TwinSteer {
   void setOwnRate(double bytesPerSecond);
   // Where the loads do not decide, the rates instead of the plan's way (MESH_TEST_TWIN_RATES,
   // MESH_TEST_TWIN_RATES_ONLY: the steering of earlier builds, for figures and for tests of
-  // both ways carrying data).
+  // both ways carrying data). Before the first posted(): only then are the sends in flight
+  // and the rates kept.
   void useRates() { planLeg_ = false; }
   // The leg pick() takes for its quieter cable, or -1 when the loads do not decide: unknown,
   // within kLoadMargin of each other, or both small next to what this connection sends
