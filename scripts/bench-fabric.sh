@@ -22,8 +22,9 @@
 #   6. 4 and 5 again on DGX Spark cables (--functions 2, each function capped at --fn-rate):
 #      the relay, NCCL's ring, tree and all-to-all on the 4-ring, contention (spark_*)
 #   7. all-to-all on a 6-node ring, plain and Spark cables (ring6_a2a, spark_ring6_a2a)
-#   8. with NCCL_MESH_RELAY_TWIN=1 (a relayed connection over both relays): NCCL's tree and
-#      the all-to-all on the 4-ring, plain and Spark cables (the LINKRATE-TWIN line)
+#   8. with NCCL_MESH_RELAY_TWIN=0 (one relay per connection; two where two ways are as short
+#      are the default): NCCL's tree and the all-to-all on the 4-ring, plain and Spark cables
+#      (the LINKRATE-ONE-RELAY line)
 # and ends with one line:
 #   LINKRATE pair64k=F pair1m=F pair16m=F perftest1m=F halves=F onefn=F tri_ring=F ring4_ring=F
 #            relay=F ring4_tree=F ring4_a2a=F share_min=F share_sum=F spark_relay=F
@@ -222,16 +223,16 @@ one_round() {
     out=$(e2e --nodes 6 --topology ring "${spark[@]}" -- coll-bench --algo alltoall --bytes 64M --ceiling "$CEIL" 2>&1)
     echo "$out" >>"$LOG"
     record spark_ring6_alltoall "$(echo "$out" | field fraction 0)"
-    # 8. two relays per connection.
+    # 8. one relay per connection (the default is two where two ways are as short).
     for algo in tree alltoall; do
-        out=$(e2e --nodes 4 --topology ring --rate "$RATE" --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_TWIN=1 -- \
+        out=$(e2e --nodes 4 --topology ring --rate "$RATE" --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_TWIN=0 -- \
             coll-bench --algo "$algo" --bytes 64M --ceiling "$CEIL" 2>&1)
         echo "$out" >>"$LOG"
-        record "twin_ring4_$algo" "$(echo "$out" | field fraction 0)"
-        out=$(e2e --nodes 4 --topology ring "${spark[@]}" --env NCCL_MESH_RELAY_TWIN=1 -- \
+        record "one_ring4_$algo" "$(echo "$out" | field fraction 0)"
+        out=$(e2e --nodes 4 --topology ring "${spark[@]}" --env NCCL_MESH_RELAY_TWIN=0 -- \
             coll-bench --algo "$algo" --bytes 64M --ceiling "$CEIL" 2>&1)
         echo "$out" >>"$LOG"
-        record "twin_spark_ring4_$algo" "$(echo "$out" | field fraction 0)"
+        record "one_spark_ring4_$algo" "$(echo "$out" | field fraction 0)"
     done
 }
 
@@ -260,8 +261,8 @@ link_rate() {
     for k in perftest65536 perftest1048576 perftest16777216 plugin65536 plugin1048576 plugin16777216 \
              spark_both spark_one tri_ring ring4_ring ring4_tree ring4_alltoall relay share_min share_sum \
              spark_relay spark_ring4_ring spark_ring4_tree spark_ring4_alltoall spark_share_min spark_share_sum \
-             ring6_alltoall spark_ring6_alltoall twin_ring4_tree twin_ring4_alltoall twin_spark_ring4_tree \
-             twin_spark_ring4_alltoall; do
+             ring6_alltoall spark_ring6_alltoall one_ring4_tree one_ring4_alltoall one_spark_ring4_tree \
+             one_spark_ring4_alltoall; do
         B[$k]=$(best "$k")
         W[$k]=$(worst "$k")
         [ -n "${B[$k]}" ] || missing=1
@@ -293,8 +294,8 @@ link_rate() {
         echo "| Spark cables: contention, min share / sum | ${B[spark_share_min]:--} / ${B[spark_share_sum]:--} | that cable's (wire's) ceiling |"
         echo "| all-to-all 64 MiB, 6-ring / on Spark cables | ${B[ring6_alltoall]:--} / ${B[spark_ring6_alltoall]:--} | busbw bound of the cabling (best relays) |"
         echo "| worst round: tree / all-to-all, 4-ring | ${W[ring4_tree]:--} / ${W[ring4_alltoall]:--} | as above |"
-        echo "| NCCL_MESH_RELAY_TWIN=1: tree / all-to-all, 4-ring | ${B[twin_ring4_tree]:--} / ${B[twin_ring4_alltoall]:--} (worst ${W[twin_ring4_tree]:--} / ${W[twin_ring4_alltoall]:--}) | busbw bound of the cabling (best relays) |"
-        echo "| NCCL_MESH_RELAY_TWIN=1, Spark cables: tree / all-to-all, 4-ring | ${B[twin_spark_ring4_tree]:--} / ${B[twin_spark_ring4_alltoall]:--} (worst ${W[twin_spark_ring4_tree]:--} / ${W[twin_spark_ring4_alltoall]:--}) | as above |"
+        echo "| one relay (NCCL_MESH_RELAY_TWIN=0): tree / all-to-all, 4-ring | ${B[one_ring4_tree]:--} / ${B[one_ring4_alltoall]:--} (worst ${W[one_ring4_tree]:--} / ${W[one_ring4_alltoall]:--}) | busbw bound of the cabling (best relays) |"
+        echo "| one relay (NCCL_MESH_RELAY_TWIN=0), Spark cables: tree / all-to-all, 4-ring | ${B[one_spark_ring4_tree]:--} / ${B[one_spark_ring4_alltoall]:--} (worst ${W[one_spark_ring4_tree]:--} / ${W[one_spark_ring4_alltoall]:--}) | as above |"
         echo
         printf 'LINKRATE pair64k=%.2f pair1m=%.2f pair16m=%.2f perftest1m=%.2f halves=%.2f onefn=%.2f tri_ring=%.2f ring4_ring=%.2f relay=%.2f ring4_tree=%.2f ring4_a2a=%.2f share_min=%.2f share_sum=%.2f' \
             "${B[plugin65536]:-0}" "${B[plugin1048576]:-0}" "${B[plugin16777216]:-0}" "${B[perftest1048576]:-0}" \
@@ -305,10 +306,10 @@ link_rate() {
             "${B[spark_share_min]:-0}" "${B[spark_share_sum]:-0}" "${B[ring6_alltoall]:-0}" "${B[spark_ring6_alltoall]:-0}"
         printf 'LINKRATE-WORST ring4_tree=%.2f ring4_a2a=%.2f spark_ring4_tree=%.2f spark_ring4_a2a=%.2f\n' \
             "${W[ring4_tree]:-0}" "${W[ring4_alltoall]:-0}" "${W[spark_ring4_tree]:-0}" "${W[spark_ring4_alltoall]:-0}"
-        printf 'LINKRATE-TWIN ring4_tree=%.2f ring4_a2a=%.2f spark_ring4_tree=%.2f spark_ring4_a2a=%.2f worst: %.2f %.2f %.2f %.2f\n' \
-            "${B[twin_ring4_tree]:-0}" "${B[twin_ring4_alltoall]:-0}" "${B[twin_spark_ring4_tree]:-0}" \
-            "${B[twin_spark_ring4_alltoall]:-0}" "${W[twin_ring4_tree]:-0}" "${W[twin_ring4_alltoall]:-0}" \
-            "${W[twin_spark_ring4_tree]:-0}" "${W[twin_spark_ring4_alltoall]:-0}"
+        printf 'LINKRATE-ONE-RELAY ring4_tree=%.2f ring4_a2a=%.2f spark_ring4_tree=%.2f spark_ring4_a2a=%.2f worst: %.2f %.2f %.2f %.2f\n' \
+            "${B[one_ring4_tree]:-0}" "${B[one_ring4_alltoall]:-0}" "${B[one_spark_ring4_tree]:-0}" \
+            "${B[one_spark_ring4_alltoall]:-0}" "${W[one_ring4_tree]:-0}" "${W[one_ring4_alltoall]:-0}" \
+            "${W[one_spark_ring4_tree]:-0}" "${W[one_spark_ring4_alltoall]:-0}"
     } | tee "$OUT/summary.txt"
     [ "$missing" = 0 ] || { echo "bench-fabric: some figures are missing (see $LOG)"; exit 2; }
 }

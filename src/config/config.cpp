@@ -335,17 +335,18 @@ std::vector<Setting> buildTable() {
                   "same one) while every node's view of the cabling agrees; 0 = each connect picks "
                   "by the fallback rule (fewest relays, the process's least used port, node id)",
                   &Config::relayPlan),
-      boolSetting("NCCL_MESH_RELAY_TWIN", "0",
+      boolSetting("NCCL_MESH_RELAY_TWIN", "1",
                   "Relay: 1 = a pair with two equally short ways through different relays (a 4-ring's "
                   "opposite nodes) connects over both, each send going the way whose first cable carries "
                   "clearly less direct traffic, else the route plan's way (NCCL's tree gains: docs/relay.md); "
                   "0 = one relay per connection",
                   &Config::relayTwin),
-      sizeSetting("NCCL_MESH_RELAY_CHUNK", "512K",
+      sizeSetting("NCCL_MESH_RELAY_CHUNK", "128K",
                   "Relay: bytes per slot of a relayed connection's staging ring "
-                  "at the relay node (K/M/G suffixes, 4K..64M)",
+                  "at the relay node, the piece it forwards as soon as it arrived (a quarter of NCCL's "
+                  "512K step: docs/relay.md; K/M/G suffixes, 4K..64M)",
                   &Config::relayChunk, 4 * kKiB, 64 * kMiB),
-      intSetting("NCCL_MESH_RELAY_DEPTH", "8",
+      intSetting("NCCL_MESH_RELAY_DEPTH", "32",
                  "Relay: slots in a relayed connection's staging ring (2..64)",
                  &Config::relayDepth, 2, 64),
       sizeSetting("NCCL_MESH_RELAY_MEM", "1G",

@@ -109,9 +109,13 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
                     "NCCL's ring on cables. Further relayed connections are counted at INFO level",
                     addrList(target_.addrs).c_str(), via().c_str());
         }
-        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this process)",
-                  addrList(target_.addrs).c_str(), via().c_str(),
-                  candidates_[index_].planned ? "route plan" : "fallback rule", static_cast<unsigned long long>(n));
+        // A leg of a two-relay connection says which: leg 1 is the way one relay would take
+        // (the route plan's, or the fallback rule's), leg 2 the other way as short.
+        const char* rule = candidates_[index_].planned ? "route plan" : "fallback rule";
+        std::string leg = opts_.twinLeg == 0 ? "" : "; leg " + std::to_string(opts_.twinLeg) + " of a two-relay connection";
+        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s%s; relayed connection %llu of this process)",
+                  addrList(target_.addrs).c_str(), via().c_str(), opts_.twinLeg == 2 ? "second way" : rule, leg.c_str(),
+                  static_cast<unsigned long long>(n));
       }
       return ncclSuccess;
     }

@@ -361,8 +361,10 @@ std::string runContention(Context& ctx) {
                                 ctx.deadline);
   if (ctx.rank == 0) {
     std::vector<RelayedConnect> rc = relayedConnects(ctx, mark);
-    if (rc.empty() || rc.back().via < 0) fail("contention: rank 0 -> 2 did not go through a relay");
-    ctx.rv->publish("contention.via", std::to_string(rc.back().via));
+    // Leg 1 of a two-relay connection is the way its sends take unless the loads decide.
+    auto first = std::find_if(rc.begin(), rc.end(), [](const RelayedConnect& c) { return c.leg != 2; });
+    if (first == rc.end() || first->via < 0) fail("contention: rank 0 -> 2 did not go through a relay");
+    ctx.rv->publish("contention.via", std::to_string(first->via));
   }
   int via = std::stoi(ctx.rv->fetch("contention.via", ctx.deadline, "the relay rank 0 -> 2 took"));
   CommTable direct = establish(ctx, {ctx.rank == via ? std::vector<int>{2} : std::vector<int>{},

@@ -131,6 +131,10 @@ std::vector<RelayedConnect> relayedConnects(Context& ctx, size_t mark) {
     RelayedConnect c;
     c.target = labNodeOf(target.substr(0, target.find_first_of(" ,")));
     c.via = labNodeOf(relay.substr(0, relay.find_first_of(" ,(")));
+    size_t leg = l.text.find("; leg ");
+    if (leg != std::string::npos && l.text.find(" of a two-relay connection", leg) != std::string::npos) {
+      c.leg = atoi(l.text.c_str() + leg + 6);
+    }
     c.line = l.text;
     out.push_back(c);
   }

@@ -404,6 +404,7 @@ std::string connectRingFirst(Context& ctx, CommTable* table) {
   std::map<int, int> via;  // relayed peer -> the neighbour its connect went through
   std::set<int> planned;   // relayed peers whose connect followed the route plan (issue 31)
   for (const RelayedConnect& c : relayedConnects(ctx, mark)) {
+    if (c.leg == 2) continue;  // a two-relay connection's second way; leg 1 is the one-relay choice
     via[c.target] = c.via;
     if (c.line.find("(route plan;") != std::string::npos) planned.insert(c.target);
   }

@@ -6,12 +6,15 @@
 //                             with one table digest, the same on every rank; every ordered
 //                             pair connects and carries data; every relayed connect says it
 //                             followed the route plan; on a 4-ring each of the 8 cable
-//                             directions carries exactly one relayed pair.
+//                             directions carries exactly one relayed pair. A two-relay
+//                             connection's second leg (the other way as short) is counted
+//                             apart (two_relays=) and must pair with a first leg.
 //   --expect disagree         run with MESH_TEST_DROP_HELLOS_FROM naming one cable end's
 //                             address (route_service.h): every rank logs "route plan views
 //                             disagree" naming the half-heard cable; every ordered pair still
 //                             connects and carries data, every relayed connect by the fallback rule.
 // Power-of-two node counts (the exchange pairs rank with rank ^ k).
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -114,7 +117,17 @@ std::string runRoutePlan(Context& ctx) {
     exchangeSmall(ctx, peer, table[peer].send[0], table[peer].recv[0], static_cast<uint64_t>(k),
                   format("route-plan rank%d<->rank%d", ctx.rank, peer));
   }
-  std::vector<RelayedConnect> relayed = relayedConnects(ctx, mark);
+  // A two-relay connection (NCCL_MESH_RELAY_TWIN=1, the default) logs two lines: leg 1 takes
+  // the way one relay would (the plan's, or the fallback rule's), leg 2 the other way as short.
+  // The plan is leg 1's; leg 2 must pair with a leg 1 to the same peer through another relay.
+  std::vector<RelayedConnect> relayed, second;
+  for (const RelayedConnect& c : relayedConnects(ctx, mark)) (c.leg == 2 ? second : relayed).push_back(c);
+  for (const RelayedConnect& s : second) {
+    auto first = std::find_if(relayed.begin(), relayed.end(), [&](const RelayedConnect& c) { return c.target == s.target; });
+    if (first == relayed.end() || first->leg != 1 || first->via == s.via) {
+      fail("a second relay's leg with no first leg to the same peer through another relay: %s", s.line.c_str());
+    }
+  }
   size_t uncabled = 0;
   for (int p : peers) uncabled += cabled(ctx, ctx.rank, p) == 0 ? 1 : 0;
   if (relayed.size() != uncabled) {
@@ -129,8 +142,8 @@ std::string runRoutePlan(Context& ctx) {
   ctx.barrier("exchanged");
   closeAll(ctx, table);
   ctx.barrier("closed");
-  return format("expect=%s%s%s relayed=%zu%s", expect.c_str(), agree ? " table=" : "", digest.c_str(), relayed.size(),
-                directions.c_str());
+  return format("expect=%s%s%s relayed=%zu two_relays=%zu%s", expect.c_str(), agree ? " table=" : "", digest.c_str(),
+                relayed.size(), second.size(), directions.c_str());
 }
 
 }  // namespace e2e

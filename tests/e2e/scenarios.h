@@ -114,6 +114,7 @@ void requireConnLines(const RouteReport& r, const std::set<int>& peers, int perD
 struct RelayedConnect {
   int target = -1;
   int via = -1;
+  int leg = 0;  // 1 or 2: a leg of a two-relay connection ("; leg N of a two-relay connection"); else 0
   std::string line;
 };
 // Every such line logged since `mark`, in log order.

@@ -85,7 +85,10 @@ fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --e
 # B killed or stopped mid-transfer, the receiver killed, 200 relayed connect/close cycles (no
 # fd or RDMA object left on any rank), B unloading the plugin while it relays, A's cable to B
 # cut before a connect (tests/e2e/README.md).
-fabric_scenario(relay_faults_kill_relay 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode kill-relay)
+# Two relays per connection are the default (NCCL_MESH_RELAY_TWIN=1): the other faults run over
+# both; kill-relay runs with one relay (its twin: fabric_e2e_relay_faults_kill_relay_twin).
+fabric_scenario(relay_faults_kill_relay 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_TWIN=0
+                -- relay-faults --mode kill-relay)
 # A stopped relay: its kernel still answers TCP keepalive, so only the control links'
 # heartbeat notices it (NCCL_MESH_PEER_TIMEOUT_MS).
 fabric_scenario(relay_faults_stop_relay 4 120 --topology ring --env NCCL_MESH_RELAY=auto
@@ -109,5 +112,7 @@ fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_REL
 fabric_scenario(route_plan_ring4 4 60 --topology ring --env NCCL_MESH_RELAY=auto -- route-plan)
 fabric_scenario(route_plan_drop_ring4 4 60 --topology ring --env NCCL_MESH_RELAY=auto
                 --env MESH_TEST_DROP_HELLOS_FROM=198.18.0.1 -- route-plan --expect disagree)
+# The memory cap's accounting with one relay per connection (NCCL_MESH_RELAY_TWIN=0): a
+# two-relay connection stages at both relays, so one of them alone fills both (README, Limits).
 fabric_scenario(relay_faults_memcap 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MEM=4M
-                --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- relay-faults --mode memcap)
+                --env NCCL_MESH_RELAY_TWIN=0 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- relay-faults --mode memcap)

@@ -381,7 +381,7 @@ TEST(Config, RelayDefaultsToOffAcceptsAutoAndRefusesOtherValues) {
   EXPECT_EQ(d.relay, RelayMode::Off);
   EXPECT_EQ(describe(d, "NCCL_MESH_RELAY"), "off");
   EXPECT_TRUE(d.staticRoutes.empty());
-  EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_CHUNK"), "512K");
+  EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_CHUNK"), "128K");
   EXPECT_EQ(describe(d, "NCCL_MESH_RELAY_MEM"), "1G");
   Config c;
   EXPECT_EQ(warningFor("NCCL_MESH_RELAY", "AUTO", &c), "");

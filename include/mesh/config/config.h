@@ -50,9 +50,9 @@ struct Config {
   int relayPort = 41517;                       // NCCL_MESH_RELAY_PORT, the same on every node
   int relayMaxHops = 2;                        // NCCL_MESH_RELAY_MAX_HOPS (relays on a path)
   bool relayPlan = true;                       // NCCL_MESH_RELAY_PLAN: follow the route plan
-  bool relayTwin = false;                      // NCCL_MESH_RELAY_TWIN: two relays where two ways are as short
-  size_t relayChunk = 512u << 10;              // NCCL_MESH_RELAY_CHUNK: staging ring slot
-  int relayDepth = 8;                          // NCCL_MESH_RELAY_DEPTH: slots per connection
+  bool relayTwin = true;                       // NCCL_MESH_RELAY_TWIN: two relays where two ways are as short
+  size_t relayChunk = 128u << 10;              // NCCL_MESH_RELAY_CHUNK: staging ring slot
+  int relayDepth = 32;                         // NCCL_MESH_RELAY_DEPTH: slots per connection
   size_t relayMem = size_t{1} << 30;           // NCCL_MESH_RELAY_MEM: staging cap per node
   // Live counters (mesh/stats/stats.h; nccl-mesh-info --watch reads them).
   bool stats = true;                           // NCCL_MESH_STATS
