@@ -60,7 +60,7 @@ fabric_scenario(relay_full3 3 120 -- relay --big 8M)
 fabric_scenario(relay_full3_v11 3 120 -- relay --api v11 --big 8M)
 # Through the relay (issue 15): a 4-ring (distance-2 pairs through one relay), a 4-line (0-3
 # through two relays) and an 8-ring (distance 4: three relays, so NCCL_MESH_RELAY_MAX_HOPS=3).
-# --big is more than a relay's staging ring holds (8 x 512 KiB): 64 MiB, 16 MiB on the 8-ring
+# --big is more than a relay's staging ring holds (32 x 128 KiB): 64 MiB, 16 MiB on the 8-ring
 # to keep the tier's time down on 2 cores.
 fabric_scenario(relay_ring4 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay)
 fabric_scenario(relay_ring4_v11 4 180 --topology ring --env NCCL_MESH_RELAY=auto -- relay --api v11)
@@ -101,8 +101,7 @@ fabric_scenario(relay_faults_cut 4 120 --topology ring --env NCCL_MESH_RELAY=aut
                 -- relay-faults --mode cut)
 # Two relayed comms through one relay: one stalled (its receiver posts nothing) must not hold
 # up the other. The route plan puts 0 -> 2 and 2 -> 0 through different relays (each relay node
-# one pair), so this runs with the fallback rule, whose choices differ from try to try. A relay memory cap of one ring (4M = 8 x 512K): two 0->2 connects take both
-# relays, a third is refused by both (NoMemory) and fails within the connect timeout.
+# one pair), so this runs with the fallback rule, whose choices differ from try to try.
 fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_PLAN=0
                 -- relay-faults --mode isolation)
 # Issue 31: one relay route table for the whole cluster. Every node of a 4-ring logs the same
@@ -112,7 +111,8 @@ fabric_scenario(relay_faults_isolation 4 120 --topology ring --env NCCL_MESH_REL
 fabric_scenario(route_plan_ring4 4 60 --topology ring --env NCCL_MESH_RELAY=auto -- route-plan)
 fabric_scenario(route_plan_drop_ring4 4 60 --topology ring --env NCCL_MESH_RELAY=auto
                 --env MESH_TEST_DROP_HELLOS_FROM=198.18.0.1 -- route-plan --expect disagree)
-# The memory cap's accounting with one relay per connection (NCCL_MESH_RELAY_TWIN=0): a
-# two-relay connection stages at both relays, so one of them alone fills both (README, Limits).
+# A relay memory cap of one ring (4M = 32 x 128K), one relay per connection (NCCL_MESH_RELAY_TWIN=0):
+# two 0->2 connects take both relays, a third is refused by both (NoMemory) and fails within
+# the connect timeout. (A two-relay connection stages at both relays: one alone fills both.)
 fabric_scenario(relay_faults_memcap 4 120 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MEM=4M
                 --env NCCL_MESH_RELAY_TWIN=0 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- relay-faults --mode memcap)
