@@ -31,7 +31,7 @@
 namespace e2e {
 namespace {
 
-constexpr size_t kDefaultChunk = 512u << 10;  // the relay's default NCCL_MESH_RELAY_CHUNK
+constexpr size_t kDefaultChunk = 128u << 10;  // the relay's default NCCL_MESH_RELAY_CHUNK (config.cpp)
 constexpr size_t kMaxChunk = 256u << 20;      // C+1 must fit an int size (v8) with room
 constexpr int kGuard = 4096;   // canary bytes after every posted receive buffer
 constexpr int kSlack = 64;     // capacity beyond the size sent: test() must say what was sent
