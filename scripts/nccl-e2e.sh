@@ -31,7 +31,7 @@
 #   ring4-ring      4-node ring (no diagonals), NCCL_ALGO=Ring, ranks in cable order
 #   ring4-default   the same ring without NCCL_ALGO (what breaks, and how)
 #   ring4-ib        stock NCCL IB on the ring with NCCL_ALGO=Ring
-#   ring4-relay     the 4-node ring with the relay (NCCL_MESH_RELAY=auto), NCCL's own choice
+#   ring4-relay     the 4-node ring with the relay (NCCL_MESH_RELAY=auto), one relay per connection (TWIN=0), NCCL's own choice
 #                   of algorithms (ring, tree, PAT), runtime connect off (every pair at init,
 #                   NCCL's ring first): every collective, every result checked
 #   line4-relay     a 4-node line with the relay (NCCL's ring wrap 3 -> 0: two relays)
@@ -52,7 +52,7 @@
 #                   function, as NCCL IB sends on two unfused devices (the p2p gap, docs)
 #   pair-spark-port pair-spark-plugin with NCCL_MESH_DEVICES=port: each function its own
 #                   NCCL device, as NCCL IB sees them (NCCL's channels and p2p comms per device)
-#   relay-bench     no NCCL: tests/e2e's relay-bench on the 4-ring (rank 0 -> 1 direct, 0 -> 2
+#   relay-bench     no NCCL, one relay: tests/e2e's relay-bench on the 4-ring (rank 0 -> 1 direct, 0 -> 2
 #                   relayed, 0 -> 1 with 1 -> 2 at once), 1 GiB per stream, best of 3; on a
 #                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
 #   pair-p2p, pair-p2p-ib, spark-p2p-port, spark-p2p-ib
@@ -325,8 +325,9 @@ run_named() {
     ring4-ib) run_scenario ring4-ib 4 ring 300 record "${ib[@]}" --env NCCL_ALGO=Ring -- \
       --colls all_reduce --min-bytes 8 --max-bytes 64M --factor 64 --timeout 90 ;;
     ring4-relay|ring4-spark-relay|ring4-relay-twin|ring4-spark-twin)
-      # The relayed 4-ring, plain or of Spark cables, through one relay or two per connection.
-      local topo=ring twin=()
+      # The relayed 4-ring, plain or of Spark cables, through one relay or two per connection
+      # (two are the plugin's default since 2026-11-28: the one-relay names say TWIN=0).
+      local topo=ring twin=(--env NCCL_MESH_RELAY_TWIN=0)
       case "$1" in ring4-spark-*) topo=ring+fn2 ;; esac
       case "$1" in *-twin) twin=(--env NCCL_MESH_RELAY_TWIN=1) ;; esac
       run_scenario "$1" 4 "$topo" 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto "${twin[@]}" \
@@ -355,7 +356,7 @@ run_named() {
       case "$1" in spark-*) topo=full+fn2 how+=(--env NCCL_MESH_DEVICES=port) ;; esac
       case "$1" in *-ib) how=("${ib[@]}") ;; esac
       run_scenario "$1" 2 "$topo" 300 pass "${how[@]}" -- "${p2p[@]}" ;;
-    relay-bench) run_relay_bench relay-bench ;;  # no NCCL and no GPU: the same under --rehearse
+    relay-bench) run_relay_bench relay-bench NCCL_MESH_RELAY_TWIN=0 ;;  # no NCCL and no GPU: the same under --rehearse
     relay-bench-twin) run_relay_bench relay-bench-twin NCCL_MESH_RELAY_TWIN=1 ;;
     pair-p2p-trace) run_scenario pair-p2p-trace 2 full 300 pass "${mesh[@]}" --env NCCL_MESH_TRACE_MAX=48M -- \
       --colls sendrecv,alltoall --min-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 32M)" \
@@ -363,7 +364,7 @@ run_named() {
     fix-pair) run_scenario fix-pair 2 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-tri) run_scenario fix-tri 3 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-ring4-relay|fix-ring4-twin)
-      local twin=()
+      local twin=(--env NCCL_MESH_RELAY_TWIN=0)
       [ "$1" = fix-ring4-twin ] && twin=(--env NCCL_MESH_RELAY_TWIN=1)
       run_scenario "$1" 4 ring 300 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto "${twin[@]}" \
         --env NCCL_RUNTIME_CONNECT=0 -- "${tiny[@]}" ;;
