@@ -305,9 +305,11 @@ std::string runCollBench(Context& ctx) {
   bench.build();
   double best = 1e30;
   size_t streak = 0;
+  std::string each;  // every timed iteration's seconds: is a slow round slow in every iteration, or in one?
   for (int it = 0; it < warmup + iters; ++it) {
     double s = bench.runOnce(it);
     if (it >= warmup) {
+      each += format("%s%.3f", each.empty() ? "" : ",", s);
       best = std::min(best, s);
       streak = std::max(streak, bench.streak());
     }
@@ -330,7 +332,7 @@ std::string runCollBench(Context& ctx) {
   std::string out = format("algo=%s bytes=%zu channels=%d slice=%zu connect_s=%.2f best_s=%.4f algbw_MBps=%.1f "
                            "busbw_MBps=%.1f data exact",
                            algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
-  out += format(" streak=%zu", streak);
+  out += format(" streak=%zu iters_s=%s", streak, each.c_str());
   if (ceiling > 0) {
     std::string how;
     Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);

@@ -102,7 +102,21 @@ void Fabric::completeRecv(Qp* qp, uint64_t idx, ibv_wc_status st, uint32_t len, 
 int pollCq(ibv_cq* icq, int n, ibv_wc* wc) {
   Fabric* f = Fabric::get();
   Cq* cq = reinterpret_cast<Cq*>(icq);
-  std::unique_lock<std::mutex> lk(f->mu);
+  // A real CQ is memory the NIC writes: polling it never waits for the NIC. Here the CQ, the
+  // rings and the QPs share one lock, so a poller that finds it held (by the NIC thread or
+  // another poller moving packets) and nothing in its CQ returns at once instead of queueing
+  // for it. std::mutex is not fair: with the application's spinning threads (NCCL's proxy,
+  // the relay) queueing for it on every poll, the NIC thread waited for it for seconds on a
+  // 2-core host, all sends of the process stopped meanwhile, and collectives on rated links
+  // lost 10-70 % of an iteration at random (MESHFAB_STALL_MS shows the waits).
+  std::unique_lock<std::mutex> lk(f->mu, std::try_to_lock);
+  if (!lk.owns_lock()) {
+    if (cq->count.load() == 0) {
+      if (f->paced) sched_yield();
+      return 0;
+    }
+    lk.lock();  // completions are there: the caller gets them, as from a real CQ
+  }
   if (cq->count == 0) f->progress();  // a spinning poller moves the packets itself
   if (cq->count == 0 && f->paced) {
     // Links with a rate: the emulated NICs of every node share this machine's cores with

@@ -148,7 +148,8 @@ struct Cq {
   Context* ctx = nullptr;
   Channel* chan = nullptr;
   std::vector<Cqe> ring;
-  size_t head = 0, count = 0;
+  size_t head = 0;
+  std::atomic<size_t> count{0};  // written under Fabric::mu; read without it by pollCq's fast path
   bool armed = false, solicitedOnly = false;
   bool overflowed = false;
   uint32_t eventsRead = 0, eventsAcked = 0;  // completion events (get_cq_event / ack)
@@ -337,6 +338,10 @@ class Fabric {
   std::map<std::string, std::unique_ptr<Conn>> outgoing;  // by peer endpoint
   std::vector<std::unique_ptr<Conn>> incoming;
   std::thread nic;
+  std::thread stallWatch;             // MESHFAB_STALL_MS (stall_watch.cpp)
+  std::atomic<bool> stallStop{false};
+  std::atomic<int> nicPhase{0};  // 0 working, 1 waiting for mu, 2 in epoll_wait, 3 yielding
+  void stallWatchLoop(int ms);
   bool stopping = false;
   bool nicRunning = false;
   // When the NIC thread sleeps: when it will wake by itself (a timer armed earlier than

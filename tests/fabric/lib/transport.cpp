@@ -392,6 +392,11 @@ bool Fabric::startTransport(std::string* why) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_setname_np(nic.native_handle(), "meshfab-nic");
   nicRunning = true;
+  if (getenv("MESHFAB_STALL_MS") != nullptr) {
+    stallStop = false;
+    int ms = atoi(getenv("MESHFAB_STALL_MS"));
+    stallWatch = std::thread([this, ms] { stallWatchLoop(ms > 0 ? ms : 100); });
+  }
   countFds();
   return true;
 }
@@ -402,6 +407,8 @@ void Fabric::stopTransport(std::unique_lock<std::mutex>& lk) {
   kickSelf();
   lk.unlock();
   nic.join();
+  stallStop = true;
+  if (stallWatch.joinable()) stallWatch.join();
   lk.lock();
   nicRunning = false;
   stopping = false;
@@ -730,8 +737,11 @@ void Fabric::nicLoop() {
       status->sleeping.store(0, std::memory_order_relaxed);
       // Let the application's threads in (post_send, poll_cq): std::mutex is not fair.
       lk.unlock();
+      nicPhase = 3;
       std::this_thread::yield();
+      nicPhase = 1;
       lk.lock();
+      nicPhase = 0;
       continue;
     }
     nicWakeAt = wake;
@@ -740,8 +750,11 @@ void Fabric::nicLoop() {
       armed = wake;
     }
     lk.unlock();
+    nicPhase = 2;
     int n = epoll_wait(epollFd, evs, 32, wake != Clock::time_point::max() && wake <= Clock::now() ? 0 : -1);
+    nicPhase = 1;
     lk.lock();
+    nicPhase = 0;
     status->sleeping.store(0, std::memory_order_relaxed);
     nicWakeAt = Clock::time_point::min();
     for (int i = 0; i < n; ++i) handleEpoll(evs[i].data.ptr, evs[i].events);
