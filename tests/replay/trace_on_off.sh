@@ -47,7 +47,10 @@ echo "trace_on_off: ${scenario[0]} passed with tracing off and on, same results;
 [ "$ntraces" -ge "$nodes" ] || { echo "trace_on_off: expected a trace per node at least"; exit 1; }
 if ! "$build/tests/replay/mesh_replay" run --fabric-net "$root/scripts/fabric-net" --dropin "$dropin" \
      --plugin-dir "$build" --deadline 120 --wait 30 "$tmp"; then
-  echo "trace_on_off: the traces just recorded did not replay clean"
+  # The traces are the evidence: keep them (and the two runs' logs) for mesh_replay show.
+  kept=$(mktemp -d /tmp/mesh-trace-on-off-failed.XXXXXX)
+  cp "$tmp"/r*.trace "$tmp"/*.log "$kept"/ 2>/dev/null
+  echo "trace_on_off: the traces just recorded did not replay clean (traces kept in $kept)"
   exit 1
 fi
 echo "trace_on_off: OK"
