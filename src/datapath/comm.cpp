@@ -4,6 +4,7 @@
 #include "mesh/datapath/comm.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,8 @@
 namespace mesh {
 
 namespace {
+// Comm::test: how long a request may still complete after the peer's connection closed.
+constexpr int kPeerGoneRepollMs = 20;
 
 // The MTU this end offers for a link (enum ibv_mtu): the port's, capped by NCCL_MESH_IB_MTU.
 int offeredMtu(const MeshPort& port, int mtuCapBytes) {
@@ -428,6 +431,17 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
   // produced is in the CQ by now, so an unfinished request will never finish.
   bool peerGone = control != nullptr && control->closed.load(std::memory_order_acquire);
   ncclResult_t r = progress();
+  // The peer's close (a TCP FIN through both kernels) can overtake its NIC's last ACKs where
+  // the NIC is software (rxe's kernel thread, the test fabric's NIC thread on a loaded host):
+  // before calling a pending request lost, poll a little longer (bounded; only once the peer
+  // is gone). A receiver that saw its data and closed had acknowledged it already.
+  if (peerGone && req->pending != 0 && r == ncclSuccess) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPeerGoneRepollMs);
+    while (req->pending != 0 && r == ncclSuccess && std::chrono::steady_clock::now() < until) {
+      sched_yield();
+      r = progress();
+    }
+  }
   if (req->pending == 0 && req->kind != Request::Kind::Free) {
     *done = 1;
     if (sizes != nullptr) {
