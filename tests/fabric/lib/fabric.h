@@ -58,6 +58,7 @@ struct Settings {
   std::string rates;            // MESHFAB_RATES: the link rates file (default <dir>/rates)
   int64_t burstNs = 500000;     // MESHFAB_PACE_BURST_US: how far a late sender may catch up
   bool trace = false;           // MESHFAB_TRACE=1: protocol events on stderr
+  int stallMs = 0;              // MESHFAB_STALL_MS: the stall watchdog's threshold (stall_watch.cpp); 0 = off
   void load();
 };
 

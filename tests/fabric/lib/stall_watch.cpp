@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 
 #include "engine.h"
@@ -21,9 +20,14 @@ double relMs(int64_t at, int64_t now) { return at == 0 ? 0.0 : static_cast<doubl
 }  // namespace
 
 void Fabric::stallWatchLoop(int ms) {
-  // Per connection: its rx ring's tail and since when it has not moved with bytes waiting.
-  std::map<const Conn*, std::pair<uint64_t, Clock::time_point>> seen;
-  std::map<const Conn*, bool> reported;
+  // Per connection: its rx ring's tail, since when it has not moved with bytes waiting, and
+  // whether this stall was printed.
+  struct Seen {
+    uint64_t tail = 0;
+    Clock::time_point since;
+    bool reported = false;
+  };
+  std::map<const Conn*, Seen> seen;
   while (!stallStop.load()) {
     struct timespec ts = {0, 2000000};
     nanosleep(&ts, nullptr);
@@ -42,13 +46,12 @@ void Fabric::stallWatchLoop(int ms) {
       if (c->state != Conn::State::Up || c->rx.ctl == nullptr) return;
       uint64_t tail = c->rx.ctl->tail.load();
       auto it = seen.find(c);
-      if (it == seen.end() || it->second.first != tail || c->rx.avail() < kHdr) {
-        seen[c] = {tail, now};
-        reported[c] = false;
+      if (it == seen.end() || it->second.tail != tail || c->rx.avail() < kHdr) {
+        seen[c] = Seen{tail, now, false};
         return;
       }
-      if (!reported[c] && now - it->second.second > std::chrono::milliseconds(ms)) {
-        reported[c] = true;
+      if (!it->second.reported && now - it->second.since > std::chrono::milliseconds(ms)) {
+        it->second.reported = true;
         stuck = true;
         which += " " + c->peerEp;
       }

@@ -89,6 +89,7 @@ void Settings::load() {
   burstNs = static_cast<int64_t>(envReal("MESHFAB_PACE_BURST_US", 500) * 1000);
   const char* t = getenv("MESHFAB_TRACE");
   trace = t != nullptr && *t == '1';
+  stallMs = static_cast<int>(envReal("MESHFAB_STALL_MS", 0));
   gTrace = trace;
 }
 
@@ -392,10 +393,9 @@ bool Fabric::startTransport(std::string* why) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_setname_np(nic.native_handle(), "meshfab-nic");
   nicRunning = true;
-  if (getenv("MESHFAB_STALL_MS") != nullptr) {
+  if (settings.stallMs > 0) {
     stallStop = false;
-    int ms = atoi(getenv("MESHFAB_STALL_MS"));
-    stallWatch = std::thread([this, ms] { stallWatchLoop(ms > 0 ? ms : 100); });
+    stallWatch = std::thread([this] { stallWatchLoop(settings.stallMs); });
   }
   countFds();
   return true;
