@@ -436,10 +436,17 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
   // before calling a pending request lost, poll a little longer (bounded; only once the peer
   // is gone). A receiver that saw its data and closed had acknowledged it already.
   if (peerGone && req->pending != 0 && r == ncclSuccess) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPeerGoneRepollMs);
+    auto from = std::chrono::steady_clock::now();
+    auto until = from + std::chrono::milliseconds(kPeerGoneRepollMs);
     while (req->pending != 0 && r == ncclSuccess && std::chrono::steady_clock::now() < until) {
       sched_yield();
       r = progress();
+    }
+    if (req->pending == 0 && r == ncclSuccess) {
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from).count();
+      MESH_INFO(NCCL_NET, "%s comm with %s: a request completed %.1f ms after the peer closed its connection "
+                "(the close arrived before the NIC's last acknowledgement)", sender_ ? "send" : "recv",
+                peer.c_str(), ms);
     }
   }
   if (req->pending == 0 && req->kind != Request::Kind::Free) {

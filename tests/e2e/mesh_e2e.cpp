@@ -61,6 +61,9 @@ const ScenarioInfo kScenarios[] = {
      "                  (NCCL_MESH_RELAY_TWIN=1 on every node): every connection to an uncabled peer must have\n"
      "                  gone over two relays; [--quiet-leg-share X] each of them sent at least X of its\n"
      "                  sends over one leg (NCCL's tree on a 4-ring: the leg whose first cable has no tree edge)"},
+    {"close-after-receive", runCloseAfterReceive, {"rounds", "size"},
+     "[--rounds 10] [--size 64K]  2 nodes: the receiver closes once its receive is done; the\n"
+     "                  sender's test() must still complete (run it on cables with --delay)"},
     {"close-inflight", runCloseInflight, {"rounds", "inflight", "size"},
      "[--rounds 20] [--inflight 16] [--size 256K]  2 nodes: close with requests in flight"},
     {"link-down", runLinkDown, {"size", "after", "bound"},

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Failure scenarios: a peer that never accepts, dies while listening, is killed with a
 // receive posted, while the comms are idle, or while this rank's send is on the wire
-// (dead-peer); comms closed with requests in flight (close-inflight). In every case the
+// (dead-peer); comms closed with requests in flight (close-inflight); a receiver that closes
+// the moment it has its data (close-after-receive: the send completes). In every failure the
 // surviving rank must get an error in bounded time, never hang, release everything when it
 // closes the failed comms, and stay usable.
 #include <signal.h>
@@ -486,6 +487,72 @@ std::string runDeadPeer(Context& ctx) {
 // barrier, the peer may be closing while this rank still posts, so isend/irecv errors
 // are tolerated (counted). No crash, no hang, closes succeed, fds and RDMA objects stable
 // from round 1 to the last; the plugin still works afterwards.
+// The receiver closes its comm the moment its receive completes, as NCCL may at the end of a
+// job; the sender's test() of that send must complete, not fail with "the peer closed ... with
+// a request pending": the close (a TCP FIN) can reach the sender before its NIC's last
+// acknowledgement does (a software NIC, or the fabric's --delay, which delays the ACK and not
+// the FIN). The sender spins on test() as NCCL's proxy does, so it sees the close first.
+// PASS figures: how many sends completed after the peer's close (the plugin's INFO line).
+std::string runCloseAfterReceive(Context& ctx) {
+  requireNodes(ctx, 2);
+  int rounds = static_cast<int>(ctx.opts.integer("rounds", 10));
+  size_t size = static_cast<size_t>(ctx.opts.integer("size", 64 * 1024));
+  if (rounds < 1 || size < 1 || size > (1u << 30)) fail("need --rounds >= 1 and 1 <= --size <= 1G");
+  bool sender = ctx.rank == 0;
+  int peer = 1 - ctx.rank;
+  int late = 0;
+  for (int round = 1; round <= rounds; ++round) {
+    setPhase(format("close-after-receive round %d: connecting", round));
+    EstablishSpec spec;
+    if (sender) spec.connectTo = {peer};
+    else spec.acceptFrom = {peer};
+    spec.tag = format("car%d", round);
+    CommTable t = establish(ctx, spec, ctx.deadline);
+    HostBuffer buf(size);
+    uint64_t seed = patternSeed(0, 1, static_cast<uint64_t>(round), 0, 0);
+    size_t mark = ctx.net.logSize();
+    void* mh = nullptr;
+    if (sender) {
+      fillPattern(buf.data(), size, seed);
+      mh = regHost(ctx, t[peer].send[0], buf, "close-after-receive send buffer");
+      std::string what = format("round %d: isend of %zu bytes to a receiver that closes once it has them", round, size);
+      setPhase(what);
+      void* req = postSend(ctx, t[peer].send[0], buf.data(), size, round, mh, what);
+      Deadline d(30, "the send's completion");
+      for (int done = 0; !done;) {
+        size_t got = 0;
+        ncclResult_t rc = ctx.net->test(req, &done, &got, 1);
+        if (rc != ncclSuccess) {
+          fail("%s: test() returned %s (plugin's last WARN: %s); the receiver had all the bytes and "
+               "closed, so the send was complete", what.c_str(), resultName(rc), ctx.net.lastWarn().c_str());
+        }
+        if (!done && d.expired()) fail("%s: not done after 30 s", what.c_str());
+      }
+      late += countLog(ctx, mark, "after the peer closed its connection");
+      deregHost(ctx, t[peer].send[0], mh, "close-after-receive send buffer");
+    } else {
+      mh = regHost(ctx, t[peer].recv[0], buf, "close-after-receive receive buffer");
+      std::string what = format("round %d: irecv of %zu bytes", round, size);
+      void* req = postRecv(ctx, t[peer].recv[0], buf.data(), size, round, mh, what);
+      Deadline d(30, "the receive's completion");
+      size_t got = 0;
+      for (int done = 0; !done;) {
+        ctx.net.check(ctx.net->test(req, &done, &got, 1), "test", what);
+        if (!done && d.expired()) fail("%s: not done after 30 s", what.c_str());
+      }
+      if (got != size) fail("%s: test() reported %zu bytes", what.c_str(), got);
+      std::string bad = checkPattern(buf.data(), size, seed);
+      if (!bad.empty()) fail("%s: %s", what.c_str(), bad.c_str());
+    }
+    // The receiver closes at once (its registration first, as NCCL deregisters before closing).
+    if (!sender) deregHost(ctx, t[peer].recv[0], mh, "close-after-receive receive buffer");
+    closeAll(ctx, t);
+    ctx.barrier(format("car-closed-%d", round));
+  }
+  return format("rounds=%d size=%zu every send completed%s", rounds, size,
+                sender ? format(" (%d after the receiver's close)", late).c_str() : "");
+}
+
 std::string runCloseInflight(Context& ctx) {
   requireNodes(ctx, 2);
   int rounds = static_cast<int>(ctx.opts.integer("rounds", 20));

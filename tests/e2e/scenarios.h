@@ -28,6 +28,7 @@ std::string cyclesBetween(Context& ctx, int a, int b, int count, int checkAt,
 // scenario_failure.cpp
 std::string runDeadPeer(Context& ctx);
 std::string runCloseInflight(Context& ctx);
+std::string runCloseAfterReceive(Context& ctx);
 // scenario_faults.cpp
 std::string runLinkDown(Context& ctx);
 std::string runReload(Context& ctx);

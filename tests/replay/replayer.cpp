@@ -169,19 +169,32 @@ void Session::markDone(size_t index) {
   doneCv_.notify_all();
 }
 
+namespace {
+std::string recorded(const Record& r) {
+  char line[mesh::trace::kMaxLine];
+  size_t n = mesh::trace::encodeRecord(r, line, sizeof(line));
+  return n == 0 ? std::string(mesh::trace::callName(r.call)) : std::string(line, n - 1);
+}
+}  // namespace
+
 void Session::runThread(uint32_t thread, const std::vector<size_t>& records) {
+  size_t at = 0;  // the record this thread is at (a stopped thread says which)
   try {
     for (size_t i : records) {
+      at = i;
       checkStopping();
       waitDeps(i);
       execute(file_.trace.records[i]);
       markDone(i);
     }
-    (void)thread;
   } catch (const Fatal& e) {
     stopping_->store(true);
     rv_->abort(e.what());
   } catch (const Stopped&) {
+    // Where a process was when another failed tells which call that one waited for.
+    const Record& r = file_.trace.records[at];
+    e2e::say("stopped %s thread %u at line %zu (%s [%s])", file_.name.c_str(), thread, r.line,
+             mesh::trace::callName(r.call), recorded(r).c_str());
   } catch (const std::exception& e) {
     e2e::say("REPLAY ERROR %s thread %u: %s", file_.name.c_str(), thread, e.what());
     divergences_++;
@@ -202,14 +215,6 @@ void Session::run() {
 }
 
 // --- reporting ----------------------------------------------------------------------------
-
-namespace {
-std::string recorded(const Record& r) {
-  char line[mesh::trace::kMaxLine];
-  size_t n = mesh::trace::encodeRecord(r, line, sizeof(line));
-  return n == 0 ? std::string(mesh::trace::callName(r.call)) : std::string(line, n - 1);
-}
-}  // namespace
 
 void Session::diverge(const Record& r, const std::string& nccl, const std::string& replay) {
   divergences_++;
