@@ -47,6 +47,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -390,6 +391,11 @@ class Comm : public PreparedConn {
   // state may complete after the flushes, and then it names the real cause.
   bool failureIsFlush_ = false;
   bool closed_ = false;
+  // test(): when this end first saw the peer's close with a request pending (its grace
+  // starts then), and whether a request completing after it was logged.
+  bool peerGoneSeen_ = false;
+  bool lateNoted_ = false;
+  std::chrono::steady_clock::time_point peerGoneAt_;
   bool open_ = false;                // markOpen() was called
   uint32_t peerAddr_ = 0;            // the peer's lowest address on the comm's links
   uint32_t originAddr_ = 0;          // originAddr()
