@@ -427,8 +427,8 @@ ncclResult_t Comm::health(const Request* waiting) const {
 
 ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
   *done = 0;
-  // Read the peer's liveness before polling: if it was gone already, every completion it
-  // produced is in the CQ by now, so an unfinished request will never finish.
+  // Read the peer's liveness before polling: a completion of what the peer received before
+  // it closed is then found by this poll, or (a software NIC's late ACK) within the grace below.
   bool peerGone = control != nullptr && control->closed.load(std::memory_order_acquire);
   ncclResult_t r = progress();
   if (req->pending == 0 && req->kind != Request::Kind::Free) {

@@ -251,7 +251,7 @@ ncclResult_t TwinComm::test(Request* req, int* done, size_t* sizes) {
   if (p.other == nullptr) {
     if (!(owed_.active && owed_.whole == req && payOwed())) {
       // Still owed: keep this leg moving (its completions free what the other part waits on).
-      // No grace poll here once the peer is gone (Comm::test has one): the peer cannot have
+      // No grace here once the peer is gone (Comm::test gives one): the peer cannot have
       // finished this message, since its other part was never posted (a send's zero-byte
       // marker, or a receive the sender's marker waits for), so a close means it gave up.
       MESH_CHECK(leg(l)->pollAlive("with a request pending"));
