@@ -481,12 +481,6 @@ std::string runDeadPeer(Context& ctx) {
   return "mode=never-accept listened without accepting; closeListen ok";
 }
 
-// 2 nodes: --rounds (20) times: connect both ways, post --inflight (16) receives and
-// sends of --size bytes, close with requests in flight. Odd rounds: both ranks finish
-// posting (barrier) before either closes, so every post must succeed. Even rounds: no
-// barrier, the peer may be closing while this rank still posts, so isend/irecv errors
-// are tolerated (counted). No crash, no hang, closes succeed, fds and RDMA objects stable
-// from round 1 to the last; the plugin still works afterwards.
 // The receiver closes its comm the moment its receive completes, as NCCL may at the end of a
 // job; the sender's test() of that send must complete, not fail with "the peer closed ... with
 // a request pending": the close (a TCP FIN) can reach the sender before its NIC's last
@@ -553,6 +547,12 @@ std::string runCloseAfterReceive(Context& ctx) {
                 sender ? format(" (%d after the receiver's close)", late).c_str() : "");
 }
 
+// 2 nodes: --rounds (20) times: connect both ways, post --inflight (16) receives and
+// sends of --size bytes, close with requests in flight. Odd rounds: both ranks finish
+// posting (barrier) before either closes, so every post must succeed. Even rounds: no
+// barrier, the peer may be closing while this rank still posts, so isend/irecv errors
+// are tolerated (counted). No crash, no hang, closes succeed, fds and RDMA objects stable
+// from round 1 to the last; the plugin still works afterwards.
 std::string runCloseInflight(Context& ctx) {
   requireNodes(ctx, 2);
   int rounds = static_cast<int>(ctx.opts.integer("rounds", 20));

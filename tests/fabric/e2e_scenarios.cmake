@@ -38,7 +38,7 @@ endforeach()
 fabric_scenario(registrations_tri_spark 3 60 --functions 2 -- registrations --sizes 256K,4M --count 3)
 fabric_scenario(close_inflight 2 60 -- close-inflight)
 # The receiver closes as soon as its receive is done; 5 ms cables deliver the sender's last ACK
-# well after the close's FIN: the send must still complete (Comm::test's grace poll).
+# well after the close's FIN: the send must still complete (Comm::test's 200 ms grace).
 fabric_scenario(close_after_receive 2 60 --delay 5ms -- close-after-receive --rounds 10)
 fabric_scenario(demo_3 3 60 -- demo)
 # The fabric has no spurious retransmissions (the lab keeps the default timeout 20, see
