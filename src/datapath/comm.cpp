@@ -436,9 +436,9 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
     if (sizes != nullptr) {
       for (int i = 0; i < req->n; ++i) sizes[i] = req->sizes[i];
     }
-    if (peerGoneSeen_ && !lateNoted_) {
+    if (peerGoneAt_ && !lateNoted_) {
       lateNoted_ = true;
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - peerGoneAt_).count();
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - *peerGoneAt_).count();
       MESH_INFO(NCCL_NET, "%s comm with %s: a request completed %.1f ms after the peer closed its connection "
                 "(the close arrived before the NIC's last acknowledgement)", sender_ ? "send" : "recv",
                 peer.c_str(), ms);
@@ -455,11 +455,8 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
   // yet. So a request still pending is called lost only kPeerGoneGraceMs after this end first
   // saw the close; until then test() says "not done" (NCCL calls it again), never blocking.
   auto now = std::chrono::steady_clock::now();
-  if (!peerGoneSeen_) {
-    peerGoneSeen_ = true;
-    peerGoneAt_ = now;
-  }
-  if (now - peerGoneAt_ < std::chrono::milliseconds(kPeerGoneGraceMs)) return ncclSuccess;
+  if (!peerGoneAt_) peerGoneAt_ = now;
+  if (now - *peerGoneAt_ < std::chrono::milliseconds(kPeerGoneGraceMs)) return ncclSuccess;
   return checkPeer("with a request pending");
 }
 

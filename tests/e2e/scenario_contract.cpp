@@ -90,19 +90,6 @@ void* postGroup(Context& ctx, void* comm, const Region& r, int first, const std:
   }
 }
 
-// test() until done; returns the sizes. Fails at the deadline.
-std::vector<size_t> waitDone(Context& ctx, void* req, int n, const std::string& label) {
-  Deadline by(std::min(60.0, ctx.deadline.remaining()), "completing " + label);
-  size_t sizes[kMaxGroup];
-  int done = 0;
-  while (!done) {
-    ctx.net.check(ctx.net->test(req, &done, sizes, n), "test", label);
-    if (!done && by.expired()) fail("%s: not complete after %.0f s", label.c_str(), 60.0);
-    if (!done) pollPause(200);
-  }
-  return std::vector<size_t>(sizes, sizes + n);
-}
-
 void expectGroup(const Region& r, int first, const std::vector<size_t>& got, const std::vector<size_t>& sizes,
                  const std::vector<uint64_t>& seeds, const std::string& label) {
   for (size_t i = 0; i < got.size(); ++i) {

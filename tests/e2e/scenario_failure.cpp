@@ -485,7 +485,7 @@ std::string runDeadPeer(Context& ctx) {
 // job; the sender's test() of that send must complete, not fail with "the peer closed ... with
 // a request pending": the close (a TCP FIN) can reach the sender before its NIC's last
 // acknowledgement does (a software NIC, or the fabric's --delay, which delays the ACK and not
-// the FIN). The sender spins on test() as NCCL's proxy does, so it sees the close first.
+// the FIN). The sender keeps calling test(), as NCCL's proxy does, so it sees the close first.
 // PASS figures: how many sends completed after the peer's close (the plugin's INFO line).
 std::string runCloseAfterReceive(Context& ctx) {
   requireNodes(ctx, 2);
@@ -512,28 +512,14 @@ std::string runCloseAfterReceive(Context& ctx) {
       std::string what = format("round %d: isend of %zu bytes to a receiver that closes once it has them", round, size);
       setPhase(what);
       void* req = postSend(ctx, t[peer].send[0], buf.data(), size, round, mh, what);
-      Deadline d(30, "the send's completion");
-      for (int done = 0; !done;) {
-        size_t got = 0;
-        ncclResult_t rc = ctx.net->test(req, &done, &got, 1);
-        if (rc != ncclSuccess) {
-          fail("%s: test() returned %s (plugin's last WARN: %s); the receiver had all the bytes and "
-               "closed, so the send was complete", what.c_str(), resultName(rc), ctx.net.lastWarn().c_str());
-        }
-        if (!done && d.expired()) fail("%s: not done after 30 s", what.c_str());
-      }
+      waitDone(ctx, req, 1, what + " (the receiver had all the bytes and closed: the send was complete)");
       late += countLog(ctx, mark, "after the peer closed its connection");
       deregHost(ctx, t[peer].send[0], mh, "close-after-receive send buffer");
     } else {
       mh = regHost(ctx, t[peer].recv[0], buf, "close-after-receive receive buffer");
       std::string what = format("round %d: irecv of %zu bytes", round, size);
       void* req = postRecv(ctx, t[peer].recv[0], buf.data(), size, round, mh, what);
-      Deadline d(30, "the receive's completion");
-      size_t got = 0;
-      for (int done = 0; !done;) {
-        ctx.net.check(ctx.net->test(req, &done, &got, 1), "test", what);
-        if (!done && d.expired()) fail("%s: not done after 30 s", what.c_str());
-      }
+      size_t got = waitDone(ctx, req, 1, what)[0];
       if (got != size) fail("%s: test() reported %zu bytes", what.c_str(), got);
       std::string bad = checkPattern(buf.data(), size, seed);
       if (!bad.empty()) fail("%s: %s", what.c_str(), bad.c_str());

@@ -386,6 +386,19 @@ std::string checkFill(const void* data, size_t size, uint8_t value) {
   return std::string();
 }
 
+// test() until done (60 s at most, within the scenario's deadline); returns the sizes.
+std::vector<size_t> waitDone(Context& ctx, void* req, int n, const std::string& label) {
+  Deadline by(std::min(60.0, ctx.deadline.remaining()), "completing " + label);
+  size_t sizes[kMaxGroup];
+  int done = 0;
+  while (!done) {
+    ctx.net.check(ctx.net->test(req, &done, sizes, n), "test", label);
+    if (!done && by.expired()) fail("%s: not complete after %.0f s", label.c_str(), 60.0);
+    if (!done) pollPause(200);
+  }
+  return std::vector<size_t>(sizes, sizes + n);
+}
+
 void exchangeSmall(Context& ctx, int peer, void* sendComm, void* recvComm, uint64_t round,
                    const std::string& label) {
   constexpr int kBytes = 8;

@@ -171,6 +171,10 @@ std::string checkFill(const void* data, size_t size, uint8_t value);
 void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label);
 void* postSend(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label);
 
+// test() on `req` (n buffers) until done, 200 us between calls; returns the sizes. An error
+// is thrown with `label`; not done after 60 s (or the scenario's deadline) fails.
+std::vector<size_t> waitDone(Context& ctx, void* req, int n, const std::string& label);
+
 // One 8-byte message each way on (send, recv) with a data check; a connection health
 // probe. Registers and deregisters its own buffers.
 void exchangeSmall(Context& ctx, int peer, void* sendComm, void* recvComm, uint64_t round,

@@ -51,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -392,10 +393,9 @@ class Comm : public PreparedConn {
   bool failureIsFlush_ = false;
   bool closed_ = false;
   // test(): when this end first saw the peer's close with a request pending (its grace
-  // starts then), and whether a request completing after it was logged.
-  bool peerGoneSeen_ = false;
+  // starts then; empty before), and whether a request completing after it was logged.
+  std::optional<std::chrono::steady_clock::time_point> peerGoneAt_;
   bool lateNoted_ = false;
-  std::chrono::steady_clock::time_point peerGoneAt_;
   bool open_ = false;                // markOpen() was called
   uint32_t peerAddr_ = 0;            // the peer's lowest address on the comm's links
   uint32_t originAddr_ = 0;          // originAddr()
