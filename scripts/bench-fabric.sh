@@ -33,8 +33,19 @@
 # (the bounds: a Spark cable's wire is one cable's ceiling, its two functions together can
 # fill it; NCCL's collectives against the cabling's bound, best shortest paths).
 #
+# bench-fabric.sh --vs-nccl-ib: the plugin beside NCCL's own IB transport (net_ib, out of an
+# installed libnccl.so.2: tests/e2e/nccl_ib.h) on one cable of a 2-node fabric, uncapped (or
+# --rate): mesh_e2e coll-bench --vs loads both into the same two processes and alternates their
+# iterations, so what the host does to one run (core placement, a neighbour) it does to both.
+# nccl-tests' sendrecv (NCCL's p2p: 128 KiB chunks, 2 channels, a comm pair per channel) and
+# NCCL's ring all-reduce (2 channels, 512 KiB slices), 256 MiB, 20 iterations each, --rounds
+# runs (default 5); per figure the median over runs of each run's median per-iteration ratio
+# plugin / NCCL IB, then one line:
+#   VSNCCLIB sendrecv=R ring=R
+#
 # usage: scripts/bench-fabric.sh --link-rate [--build DIR] [--rate R] [--fn-rate R]
 #                                [--rounds 3] [--out DIR]
+#        scripts/bench-fabric.sh --vs-nccl-ib [--build DIR] [--nccl LIB] [--rate R] [--rounds 5]
 #        scripts/bench-fabric.sh --calibrate [--build DIR] [--rates 250M,500M,...] [--seconds 3]
 #   --build DIR   the CMake build tree (default <repo>/build): plugin, tools, mesh_e2e, drop-in
 #   --rate R      every cable's rate per direction (default 25M = 25 MB/s: half the highest
@@ -42,6 +53,8 @@
 #                 at >= 0.97 of the cap, --calibrate; docs/figures.md, "Links with a rate")
 #   --fn-rate R   a Spark function's own cap (default 0.56 x --rate: one function ~110 Gb/s of
 #                 a 196 Gb/s cable, as users measure on a DGX Spark)
+#   --nccl LIB    the libnccl.so.2 whose IB transport is the reference (default: ldconfig's,
+#                 else /usr/local/cuda/lib64/libnccl.so.2); it must keep its symbol table
 #   --calibrate   ib_write_bw on every cable direction of a 4-node ring at once (8 streams,
 #                 16 perftest processes), --rounds times for each of --rates: every stream's
 #                 best round, and the lowest of those as a fraction of the cap
@@ -51,11 +64,13 @@ set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RATE=25M
 FN_RATE=""
-ROUNDS=3
+ROUNDS=""
 BUILD=""
 OUT=""
 MODE=""
 RATES="125M,250M,500M,1000M"
+NCCL_LIB=""
+RATE_SET=0
 SECONDS_PER_STREAM=3
 
 die() {
@@ -314,6 +329,63 @@ link_rate() {
     [ "$missing" = 0 ] || { echo "bench-fabric: some figures are missing (see $LOG)"; exit 2; }
 }
 
+# coll-bench --vs on a 2-node fabric: the plugin and NCCL's IB transport in the same two
+# processes, iterations alternating; the drop-in first in LD_LIBRARY_PATH (NCCL's IB transport
+# dlopens libibverbs.so).
+vs_run() {  # vs_run LIB ALGO ARGS...: every rank's output
+    local lib=$1 algo=$2 rate=()
+    shift 2
+    [ "$RATE_SET" = 1 ] && rate=(--rate "$RATE")
+    fabric --nodes 2 "${rate[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
+        "$BUILD/tests/e2e/mesh_e2e" coll-bench --vs "nccl-ib:$lib" --algo "$algo" "$@" 2>&1
+}
+
+median() {  # median NAME [FORMAT]: the median of NAME's values over the rounds
+    sed -n "s/^FIG round=[0-9]* $1=//p" "$LOG" | sort -g |
+        awk -v f="${2:-%.3f}" '{ v[n++] = $1 } END { if (n) printf f, n % 2 ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
+}
+
+vs_nccl_ib() {
+    local lib=$NCCL_LIB out algo args
+    if [ -z "$lib" ]; then
+        lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / { print $NF; exit }')
+        [ -n "$lib" ] || lib=/usr/local/cuda/lib64/libnccl.so.2
+    fi
+    [ -f "$lib" ] || die "no libnccl.so.2 (--nccl LIB): NCCL's IB transport is the reference"
+    missing=0
+    declare -A ARGS=([sendrecv]="--bytes 256M --channels 2 --slice 128K --iters 20"
+                     [ring]="--bytes 256M --channels 2 --slice 512K --iters 20")
+    for round in $(seq 1 "$ROUNDS"); do
+        echo "bench-fabric: round $round of $ROUNDS" | tee -a "$LOG"
+        for algo in sendrecv ring; do
+            read -r -a args <<<"${ARGS[$algo]}"
+            out=$(vs_run "$lib" "$algo" "${args[@]}")
+            echo "$out" >>"$LOG"
+            record "${algo}_ratio" "$(echo "$out" | field vs_ratio_median 0)"
+            record "${algo}_plugin" "$(echo "$out" | field busbw_MBps 0)"
+            record "${algo}_ib" "$(echo "$out" | field ref_busbw_MBps 0)"
+        done
+    done
+    local line="VSNCCLIB" r
+    {
+        echo
+        echo "bench-fabric --vs-nccl-ib: 2 nodes, one cable of the userspace fabric ($([ "$RATE_SET" = 1 ] && echo "$RATE per direction" || echo uncapped));"
+        echo "  the plugin and NCCL's IB transport ($lib) in the same processes, iterations alternating;"
+        echo "  $ROUNDS runs: the median over runs of each run's median per-iteration ratio, and of each run's best busbw (MB/s)"
+        echo
+        echo "| figure | plugin / NCCL IB | plugin MB/s | NCCL IB MB/s |"
+        echo "|---|---|---|---|"
+        for algo in sendrecv ring; do
+            r=$(median "${algo}_ratio")
+            echo "| ${algo} (${ARGS[$algo]}) | ${r:--} | $(median "${algo}_plugin" %.0f) | $(median "${algo}_ib" %.0f) |"
+            line+=" $algo=${r:-missing}"
+        done
+        echo
+        echo "$line"
+    } | tee "$OUT/summary.txt"
+    [ "$missing" = 0 ] || { echo "bench-fabric: some figures are missing (see $LOG)"; exit 2; }
+}
+
 calibrate() {
     local rate ceil out worst round all
     for rate in ${RATES//,/ }; do
@@ -347,9 +419,11 @@ main() {
     while [ $# -gt 0 ]; do
         case "$1" in
             --link-rate) MODE=link-rate; shift ;;
+            --vs-nccl-ib) MODE=vs-nccl-ib; shift ;;
+            --nccl) NCCL_LIB=$2; shift 2 ;;
             --calibrate) MODE=calibrate; shift ;;
             --build) BUILD=$2; shift 2 ;;
-            --rate) RATE=$2; shift 2 ;;
+            --rate) RATE=$2; RATE_SET=1; shift 2 ;;
             --fn-rate) FN_RATE=$2; shift 2 ;;
             --rates) RATES=$2; shift 2 ;;
             --rounds) ROUNDS=$2; shift 2 ;;
@@ -359,17 +433,23 @@ main() {
             *) die "unknown argument $1 (see --help)" ;;
         esac
     done
-    [ -n "$MODE" ] || die "say --link-rate or --calibrate (see --help)"
+    [ -n "$MODE" ] || die "say --link-rate, --vs-nccl-ib or --calibrate (see --help)"
+    [ -n "$ROUNDS" ] || { [ "$MODE" = vs-nccl-ib ] && ROUNDS=5 || ROUNDS=3; }
     BUILD=$(cd "${BUILD:-$REPO/build}" 2>/dev/null && pwd) || die "no build directory (--build)"
     for f in nccl-mesh-perf libnccl-net-mesh.so tests/e2e/mesh_e2e tests/fabric/dropin/libibverbs.so.1; do
+        [ "$MODE" = vs-nccl-ib ] && [ "$f" = nccl-mesh-perf ] && continue
         [ -e "$BUILD/$f" ] || die "$BUILD/$f not built (cmake --build $BUILD)"
     done
-    command -v ib_write_bw >/dev/null || die "perftest not installed (apt-get install perftest)"
+    [ "$MODE" = vs-nccl-ib ] || command -v ib_write_bw >/dev/null || die "perftest not installed (apt-get install perftest)"
     OUT=${OUT:-$BUILD/bench-fabric/$(date +%Y%m%d-%H%M%S)-$MODE}
     mkdir -p "$OUT" || die "cannot create $OUT"
     LOG="$OUT/run.log"
     echo "bench-fabric: results in $OUT"
-    if [ "$MODE" = calibrate ]; then calibrate; else link_rate; fi
+    case "$MODE" in
+        calibrate) calibrate ;;
+        vs-nccl-ib) vs_nccl_ib ;;
+        *) link_rate ;;
+    esac
 }
 
 main "$@"

@@ -61,6 +61,10 @@
 #                   function its own NCCL device, as NCCL IB has them); -ib: NCCL IB
 #   relay-bench-twin
 #                   relay-bench with NCCL_MESH_RELAY_TWIN=1 (the relayed stream over both relays)
+#   vs-nccl-ib      no GPU: the plugin beside NCCL's own IB transport out of PyTorch's (or this
+#                   machine's) libnccl.so.2 in the same processes, iterations alternating
+#                   (scripts/bench-fabric.sh --vs-nccl-ib, 3 runs): sendrecv and ring all-reduce
+#                   ratios on 16 cores (NCCL_E2E_LIBNCCL names the library)
 #   pair-p2p-trace  2 nodes, one cable: sendrecv and alltoall at 32 and 128 MiB, traced with a
 #                   48 MiB cap: the timing of real NCCL's p2p calls (the p2p gap, docs)
 #   fix-pair, fix-tri, fix-ring4-relay, fix-ring4-twin
@@ -125,7 +129,7 @@ ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-
                ring4-relay ring4-spark-relay ring4-relay-twin ring4-spark-twin ring4-spark-tree ring4-spark-tree-twin
                ring4-spark-a2a ring4-spark-a2a-twin line4-relay pair-spark-plugin pair-spark-ib pair-spark-nosplit
                pair-spark-port pair-p2p pair-p2p-ib spark-p2p-port spark-p2p-ib
-               relay-bench relay-bench-twin pair-p2p-trace fix-pair fix-tri fix-ring4-relay fix-ring4-twin)
+               relay-bench relay-bench-twin vs-nccl-ib pair-p2p-trace fix-pair fix-tri fix-ring4-relay fix-ring4-twin)
 
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -258,7 +262,7 @@ scenario_budget() {
 run_relay_bench() {
   local name=$1${RUN_SUFFIX:-}
   shift
-  local e2e log=$OUT_DIR/$name.log start=$SECONDS rc line timeout envs=() kv
+  local e2e log=$OUT_DIR/$name.log start=$SECONDS timeout envs=() kv
   for kv in "$@"; do envs+=(--env "$kv"); done
   scenario_budget "$name" 400 || return 0
   timeout=$BUDGET
@@ -272,8 +276,12 @@ run_relay_bench() {
   "$REPO/scripts/fabric-net" run --nodes 4 --topology ring --timeout "$timeout" --env NCCL_MESH_RELAY=auto "${envs[@]}" -- \
     env "LD_LIBRARY_PATH=$(dirname "$e2e")/../.." "NCCL_MESH_IBVERBS_LIB=$DROPIN/libibverbs.so.1" \
     "$e2e" relay-bench --bw-bytes "$RELAY_BENCH_BYTES" --rounds 3 --deadline $((timeout - 10)) >"$log" 2>&1
-  rc=$?
-  line=$(grep -o 'PASS relay-bench rank=0 .*' "$log" | head -1)
+  report_figures "$name" $? "$(grep -o 'PASS relay-bench rank=0 .*' "$log" | head -1)" "$log" "$start"
+}
+
+# report_figures NAME RC LINE LOG START: a figures-only scenario's verdict and summary line.
+report_figures() {
+  local name=$1 rc=$2 line=$3 log=$4 start=$5
   if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
     say "$name: FAILED (exit $rc, $((SECONDS - start)) s; log: $log)"
     FAILED+=("$name")
@@ -281,6 +289,20 @@ run_relay_bench() {
     say "$name: $line"
     echo "$name ($((SECONDS - start)) s): $line" >>"$OUT_DIR/summary.txt"
   fi
+}
+
+# vs-nccl-ib: scripts/bench-fabric.sh --vs-nccl-ib with the NCCL that PyTorch loads (its wheel's
+# libnccl.so.2; NCCL_E2E_LIBNCCL overrides, and without PyTorch's NCCL the machine's own).
+run_vs_nccl_ib() {
+  local name=vs-nccl-ib${RUN_SUFFIX:-} start=$SECONDS lib
+  local log=$OUT_DIR/$name.log
+  scenario_budget "$name" 300 || return 0
+  lib=${NCCL_E2E_LIBNCCL:-$("$PYTHON" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
+  [ -f "$lib" ] || lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / { print $NF; exit }')
+  say "== $name: the plugin beside NCCL IB ($lib), no GPU, at most $BUDGET s"
+  timeout "$BUDGET" "$REPO/scripts/bench-fabric.sh" --vs-nccl-ib --rounds 3 --build "$(dirname "$PLUGIN")" \
+    ${lib:+--nccl "$lib"} --out "$OUT_DIR/$name" >"$log" 2>&1
+  report_figures "$name" $? "$(grep -o '^VSNCCLIB .*' "$log" | head -1)" "$log" "$start"
 }
 
 # The traces real NCCL left, checked by mesh_replay when it is built (it parses and places
@@ -358,6 +380,7 @@ run_named() {
       run_scenario "$1" 2 "$topo" 300 pass "${how[@]}" -- "${p2p[@]}" ;;
     relay-bench) run_relay_bench relay-bench NCCL_MESH_RELAY_TWIN=0 ;;  # no NCCL and no GPU: the same under --rehearse
     relay-bench-twin) run_relay_bench relay-bench-twin NCCL_MESH_RELAY_TWIN=1 ;;
+    vs-nccl-ib) run_vs_nccl_ib ;;  # no GPU either
     pair-p2p-trace) run_scenario pair-p2p-trace 2 full 300 pass "${mesh[@]}" --env NCCL_MESH_TRACE_MAX=48M -- \
       --colls sendrecv,alltoall --min-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 32M)" \
       --max-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 128M)" --factor 4 ;;

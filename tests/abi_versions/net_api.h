@@ -111,10 +111,20 @@ class NetApi {
       *why = std::string("dlsym(") + sym + ") failed: " + (err ? err : "no such symbol");
       return false;
     }
+    return bindTable(table, version, sym, why);
+  }
+
+  // The same for a table found another way (NCCL's own IB transport inside libnccl.so.2 is
+  // an ncclNet_v11_t that no symbol exports); `what` names it in *why.
+  bool bindTable(const void* table, int version, const std::string& what, std::string* why) {
+    if (symbolFor(version) == nullptr) {
+      *why = "unknown ncclNet version " + std::to_string(version) + " (have 8, 9, 10, 11, 12)";
+      return false;
+    }
     // name and init are the first two members in every version.
     const ncclNet_v8_t* head = static_cast<const ncclNet_v8_t*>(table);
     if (head->name == nullptr || head->init == nullptr) {
-      *why = std::string(sym) + " has a NULL name or init";
+      *why = what + " has a NULL name or init";
       return false;
     }
     version_ = version;

@@ -14,11 +14,12 @@ namespace e2e {
 
 Pipeline::~Pipeline() = default;
 
-int Pipeline::addConn(void* comm, bool send, const std::string& label) {
+int Pipeline::addConn(void* comm, bool send, const std::string& label, int tag) {
   Conn c;
   c.comm = comm;
   c.send = send;
   c.label = label;
+  c.tag = tag;
   c.staging = HostBuffer(slotBytes_ * kNcclSteps);
   c.mh = regHost(ctx_, comm, c.staging, label + " staging");
   conns_.push_back(std::move(c));
@@ -52,10 +53,12 @@ bool Pipeline::postReceives(Conn& c) {
     size_t slot = c.posted % kNcclSteps;
     void* buf = c.staging.data() + slot * slotBytes_;
     size_t size = x.bytes;
-    int tag = 0;
+    int tag = c.tag;
     void* req = nullptr;
-    ctx_.net.check(ctx_.net->irecv(c.comm, 1, &buf, &size, &tag, &c.mh, &req), "irecv",
-                   format("%s #%zu (%zu bytes)", c.label.c_str(), c.posted, size));
+    Clock::time_point t0 = Clock::now();
+    ncclResult_t r = ctx_.net->irecv(c.comm, 1, &buf, &size, &tag, &c.mh, &req);
+    count(&irecvs_, t0, req == nullptr);
+    ctx_.net.check(r, "irecv", format("%s #%zu (%zu bytes)", c.label.c_str(), c.posted, size));
     if (req == nullptr) break;  // not yet: NCCL retries
     c.req[slot] = req;
     c.ready[slot] = false;
@@ -74,8 +77,10 @@ bool Pipeline::testRequests(Conn& c) {
     if (c.ready[slot]) continue;
     int done = 0;
     size_t sizes[1] = {0};
-    ctx_.net.check(ctx_.net->test(c.req[slot], &done, sizes, 1), "test",
-                   format("%s #%zu (%s)", c.label.c_str(), i, c.send ? "isend" : "irecv"));
+    Clock::time_point t0 = Clock::now();
+    ncclResult_t r = ctx_.net->test(c.req[slot], &done, sizes, 1);
+    count(&tests_, t0, done == 0);
+    ctx_.net.check(r, "test", format("%s #%zu (%s)", c.label.c_str(), i, c.send ? "isend" : "irecv"));
     if (!done) continue;
     if (!c.send && sizes[0] != c.items[i].bytes) {
       fail("%s #%zu: received %zu bytes, expected %zu", c.label.c_str(), i, sizes[0], c.items[i].bytes);
@@ -107,8 +112,10 @@ bool Pipeline::sendOne(Conn& c, const Xfer& x) {
   void* buf = c.staging.data() + slot * slotBytes_;
   memcpy(buf, data_ + x.off, x.bytes);
   void* req = nullptr;
-  ctx_.net.check(ctx_.net->isend(c.comm, buf, x.bytes, 0, c.mh, &req), "isend",
-                 format("%s #%zu (%zu bytes)", c.label.c_str(), c.posted, x.bytes));
+  Clock::time_point t0 = Clock::now();
+  ncclResult_t r = ctx_.net->isend(c.comm, buf, x.bytes, c.tag, c.mh, &req);
+  count(&isends_, t0, req == nullptr);
+  ctx_.net.check(r, "isend", format("%s #%zu (%zu bytes)", c.label.c_str(), c.posted, x.bytes));
   if (req == nullptr) return false;  // the receiver has not posted yet: NCCL retries
   c.req[slot] = req;
   c.ready[slot] = false;
@@ -148,7 +155,22 @@ bool Pipeline::advance(Lane& lane) {
   return moved;
 }
 
+void Pipeline::count(Calls* calls, Clock::time_point t0, bool idle) {
+  calls->seconds += secondsSince(t0);
+  ++calls->n;
+  if (idle) ++calls->idle;
+}
+
+std::string Pipeline::callSummary() const {
+  auto one = [](const char* name, const Calls& c) {
+    return format("%s=%llu/%llu/%.0fus", name, static_cast<unsigned long long>(c.n),
+                  static_cast<unsigned long long>(c.idle), c.seconds * 1e6);
+  };
+  return one("isend", isends_) + "," + one("irecv", irecvs_) + "," + one("test", tests_);
+}
+
 void Pipeline::run(const Deadline& deadline) {
+  isends_ = irecvs_ = tests_ = Calls();
   for (Conn& c : conns_) {
     c.posted = c.done = c.consumed = 0;
     c.doneLog.clear();

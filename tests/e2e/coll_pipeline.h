@@ -43,7 +43,8 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  int addConn(void* comm, bool send, const std::string& label);
+  // `tag` goes with each of the connection's isend/irecv calls (NCCL's p2p: the sender's rank).
+  int addConn(void* comm, bool send, const std::string& label, int tag = 0);
   int addLane(std::vector<Step> steps);
   // Runs every lane to its end and waits for every send; throws Failure on an error or at
   // the deadline. Completion times are kept per connection (completions).
@@ -57,12 +58,16 @@ class Pipeline {
   // transfers). A few when connections share the cables' turns; tens when one direction of a
   // cable waits for the other.
   size_t longestStreak() const;
+  // The transport calls of the last run: how many, how many returned no request (isend,
+  // irecv) or not done (test), and the time spent inside them; "isend=N/null/us ...".
+  std::string callSummary() const;
 
  private:
   struct Conn {
     void* comm = nullptr;
     bool send = false;
     std::string label;
+    int tag = 0;
     HostBuffer staging;
     void* mh = nullptr;
     std::vector<Xfer> items;        // every transfer of this connection, in order
@@ -82,6 +87,13 @@ class Pipeline {
   bool advance(Lane& lane);
   bool sendOne(Conn& c, const Xfer& x);
   void apply(const Conn& c, size_t slot, const Xfer& x);
+
+  struct Calls {
+    uint64_t n = 0, idle = 0;  // idle: no request / not done
+    double seconds = 0;
+  };
+  Calls isends_, irecvs_, tests_;
+  static void count(Calls* calls, Clock::time_point t0, bool idle);
 
   Context& ctx_;
   uint8_t* data_;

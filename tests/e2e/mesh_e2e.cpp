@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "nccl_ib.h"
 #include "probes.h"
 #include "scenarios.h"
 
@@ -52,15 +53,17 @@ const ScenarioInfo kScenarios[] = {
      "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
      "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
      "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
-    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays", "quiet-leg-share"},
-     "[--algo ring|tree|alltoall|contention] [--bytes 64M] [--channels 4] [--slice 512K] [--iters 3]\n"
-     "                  [--warmup 1] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
+    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays", "quiet-leg-share", "vs"},
+     "[--algo ring|tree|alltoall|sendrecv|contention] [--bytes 64M] [--channels 4] [--slice 512K]\n"
+     "                  [--iters 3] [--warmup 1] [--vs nccl-ib[:LIB]] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
      "                  pipelined as NCCL runs them (8 slots per connection), busbw and, with --ceiling, the\n"
      "                  cabling's bound; data exact; streak= the most transfers one connection completed while\n"
      "                  another with work left completed none (--max-streak fails above N); --twin-relays\n"
      "                  (NCCL_MESH_RELAY_TWIN=1 on every node): every connection to an uncabled peer must have\n"
      "                  gone over two relays; [--quiet-leg-share X] each of them sent at least X of its\n"
-     "                  sends over one leg (NCCL's tree on a 4-ring: the leg whose first cable has no tree edge)"},
+     "                  sends over one leg (NCCL's tree on a 4-ring: the leg whose first cable has no tree edge);\n"
+     "                  --vs nccl-ib[:LIB]: NCCL's own IB transport beside the plugin in the same processes,\n"
+     "                  iterations alternating, vs_ratio_median= plugin / NCCL IB per iteration pair (root)"},
     {"close-after-receive", runCloseAfterReceive, {"rounds", "size"},
      "[--rounds 10] [--size 64K]  2 nodes: the receiver closes once its receive is done; the\n"
      "                  sender's test() must still complete (run it on cables with --delay)"},
@@ -132,7 +135,9 @@ void usage(FILE* out) {
           "  --nodes N       number of ranks (VMESH_NODES)\n"
           "  --shared DIR    directory shared by all ranks for rendezvous files (VMESH_SHARED)\n"
           "  --deadline S    fail instead of waiting past S seconds (240)\n"
-          "  --plugin PATH   plugin library (libnccl-net-mesh.so, found via LD_LIBRARY_PATH)\n"
+          "  --plugin PATH   plugin library (libnccl-net-mesh.so, found via LD_LIBRARY_PATH);\n"
+          "                  nccl-ib[:LIB]: NCCL's own IB transport out of LIB (libnccl.so.2) instead,\n"
+          "                  as the reference for benchmarks (root; tests/e2e/nccl_ib.h)\n"
           "  --dev D         plugin device for every comm (0)\n"
           "  --api V         ncclNet ABI every call goes through: v8, v9, v10, v11, v12 (v8)\n"
           "  --traffic-class N  given to init, v10+ only (-1: unset; NCCL_MESH_IB_TC wins when set)\n"
@@ -184,7 +189,12 @@ int runScenario(Context& ctx, const ScenarioInfo& info, const std::string& share
     setPhase("loading the plugin");
     ctx.pluginPath = plugin;
     ctx.verbose = verbose;
-    ctx.net.load(plugin, ctx.api, ctx.trafficClass, verbose);
+    std::string ncclLib;
+    if (parseNcclIbPlugin(plugin, &ncclLib)) {
+      ctx.net.loadNcclIb(ncclLib, ctx.trafficClass, verbose);
+    } else {
+      ctx.net.load(plugin, ctx.api, ctx.trafficClass, verbose);
+    }
     describeDevice(ctx);
     // As NCCL orders it (src/init.cc, initTransportsRank: the bootstrapAllGather of every
     // rank's peer info comes before any transport connects): every rank has loaded the

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "e2e_util.h"
+#include "nccl_ib.h"
 
 namespace e2e {
 namespace {
@@ -166,23 +167,56 @@ const char* resultName(int result) {
 void PluginNet::load(const std::string& path, int version, int trafficClass, bool echoInfo) {
   capture().echoInfo.store(echoInfo);
   dlerror();
-  lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib_ == nullptr) {
+  libs_[0] = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (libs_[0] == nullptr) {
     const char* ld = getenv("LD_LIBRARY_PATH");
     fail("dlopen(\"%s\") failed: %s (LD_LIBRARY_PATH=%s)", path.c_str(), dlerror(),
          ld ? ld : "<unset>");
   }
   std::string why;
-  if (!api_.bind(lib_, version, &why)) fail("%s: %s", path.c_str(), why.c_str());
-  check(api_.init(captureLogger, trafficClass), "init",
-        format("plugin %s, %s, traffic class %d", path.c_str(), api_.symbol(), trafficClass));
+  if (!apis_[0].bind(libs_[0], version, &why)) fail("%s: %s", path.c_str(), why.c_str());
+  check(apis_[0].init(captureLogger, trafficClass), "init",
+        format("plugin %s, %s, traffic class %d", path.c_str(), apis_[0].symbol(), trafficClass));
+}
+
+void PluginNet::openNcclIbInto(int slot, const std::string& lib, int trafficClass) {
+  fakeIbSysfs(verbsDeviceNames());
+  NcclIb ib = openNcclIb(lib);
+  libs_[slot] = ib.lib;
+  ncclIb_[slot] = true;
+  std::string why;
+  if (!apis_[slot].bindTable(ib.table, 11, "ncclNetIb in " + ib.path, &why)) fail("nccl-ib: %s", why.c_str());
+  say("reference: NCCL %d's IB transport (ncclNetIb in %s)%s", ib.version, ib.path.c_str(),
+      slot == 0 ? " instead of the plugin" : " beside the plugin");
+  check(apis_[slot].init(captureLogger, trafficClass), "init", format("NCCL's IB transport in %s", ib.path.c_str()));
+}
+
+void PluginNet::loadNcclIb(const std::string& lib, int trafficClass, bool echoInfo) {
+  capture().echoInfo.store(echoInfo);
+  openNcclIbInto(0, lib, trafficClass);
+}
+
+void PluginNet::addNcclIb(const std::string& lib, int trafficClass) {
+  if (libs_[0] == nullptr || libs_[1] != nullptr) fail("nccl-ib beside the plugin: load the plugin first, once");
+  if (ncclIb_[0]) fail("nccl-ib beside nccl-ib: load the plugin first");
+  openNcclIbInto(1, lib, trafficClass);
+}
+
+void PluginNet::use(int slot) {
+  if (slot < 0 || slot > 1 || libs_[slot] == nullptr) fail("PluginNet::use(%d): no transport there", slot);
+  cur_ = slot;
 }
 
 void PluginNet::unload() {
-  if (lib_ == nullptr) return;
-  check(api_.finalize(), "finalize", format("%s, before dlclose", api_.symbol()));
-  if (dlclose(lib_) != 0) fail("dlclose failed: %s", dlerror());
-  lib_ = nullptr;
+  for (int slot = 1; slot >= 0; --slot) {
+    if (libs_[slot] == nullptr) continue;
+    cur_ = slot;
+    check(apis_[slot].finalize(), "finalize", format("%s, before dlclose", apis_[slot].symbol()));
+    // NCCL IB's per-device threads outlive its finalize: its library stays until exit.
+    if (!ncclIb_[slot] && dlclose(libs_[slot]) != 0) fail("dlclose failed: %s", dlerror());
+    libs_[slot] = nullptr;
+  }
+  cur_ = 0;
 }
 
 void PluginNet::check(ncclResult_t r, const char* what, const std::string& context) const {

@@ -58,11 +58,20 @@ class PluginNet {
   // ncclNetPlugin_v<version> and calls init with the capturing logger and `trafficClass`
   // (reaches the plugin in v10, v11 and v12 only; -1 = unset). Throws Failure.
   void load(const std::string& path, int version, int trafficClass, bool echoInfo);
+  // The reference instead of the plugin: NCCL's own IB transport out of `lib` (nccl_ib.h;
+  // "" = libnccl.so.2), in a private /sys/class with the verbs library's devices, bound as
+  // v11 and initialised like the plugin. unload() finalizes it but keeps the library open.
+  void loadNcclIb(const std::string& lib, int trafficClass, bool echoInfo);
+  // The same as a second transport beside the loaded one (coll-bench --vs nccl-ib): every call
+  // goes to the current one, use(0) the first, use(1) the reference; unload() ends both.
+  void addNcclIb(const std::string& lib, int trafficClass);
+  void use(int slot);
+  bool hasSecond() const { return libs_[1] != nullptr; }
   // finalize (v11/v12: ends init's context), then dlclose; checks nothing outlives the
   // library (the caller's process keeps running).
   void unload();
-  const netapi::NetApi& api() const { return api_; }
-  netapi::NetApi* operator->() { return &api_; }
+  const netapi::NetApi& api() const { return apis_[cur_]; }
+  netapi::NetApi* operator->() { return &apis_[cur_]; }
 
   // Throws Failure "<what> returned <name> (<n>): <context>; plugin's last WARN: ..."
   // unless r == ncclSuccess.
@@ -79,8 +88,12 @@ class PluginNet {
   void dumpTail(size_t n) const;
 
  private:
-  void* lib_ = nullptr;
-  netapi::NetApi api_;
+  // Slot 0: what load()/loadNcclIb() loaded; slot 1: addNcclIb's reference.
+  void openNcclIbInto(int slot, const std::string& lib, int trafficClass);
+  void* libs_[2] = {nullptr, nullptr};
+  bool ncclIb_[2] = {false, false};
+  netapi::NetApi apis_[2];
+  int cur_ = 0;
 };
 
 }  // namespace e2e

@@ -6,6 +6,11 @@
 //   --algo tree      NCCL's double binary tree all-reduce (half the channels per tree), reduce
 //                    and broadcast pipelined as runTreeSplit does
 //   --algo alltoall  every rank sends S/N to every other rank
+//   --algo sendrecv  nccl-tests' sendrecv: every rank sends S to rank+1 and receives S from
+//                    rank-1, the way NCCL's p2p runs over a network: S cut over the channels,
+//                    each in 128 KiB chunks (--slice; NCCL's P2P chunk size) on its own comm
+//                    pair (NCCL 2.28 net.cc shares a comm per device, peer and channel, between
+//                    a node's GPUs only), the tag the sender's rank, as net.cc posts them
 //   --algo contention  4-ring or longer: rank 0 -> 2 relayed and the relay -> 2 direct at once:
 //                    each stream's share of the relay's cable to rank 2 (measured at rank 2)
 // Data is checked after the last iteration. --ceiling is one cable direction's goodput in
@@ -15,8 +20,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "coll_pipeline.h"
+#include "nccl_ib.h"
 #include "probes.h"
 #include "scenarios.h"
 
@@ -72,15 +79,18 @@ struct Comms {
 
 class CollBench {
  public:
-  CollBench(Context& ctx, const std::string& algo, size_t bytes, int channels, size_t slice, bool twins = false)
-      : ctx_(ctx), algo_(algo), bytes_(bytes), channels_(channels), slice_(slice), twins_(twins),
-        data_(algo == "alltoall" ? 2 * bytes : bytes), pipe_(ctx, data_.data(), data_.size(), slice) {}
+  // `name` keeps a second bench's rendezvous apart (--vs: the reference's comms and barriers).
+  CollBench(Context& ctx, const std::string& algo, size_t bytes, int channels, size_t slice, bool twins = false,
+            const std::string& name = "coll")
+      : ctx_(ctx), name_(name), algo_(algo), bytes_(bytes), channels_(channels), slice_(slice), twins_(twins),
+        data_(algo == "alltoall" || algo == "sendrecv" ? 2 * bytes : bytes),
+        pipe_(ctx, data_.data(), data_.size(), slice) {}
 
   void connect() {
     std::set<int> peers;
     int count = channels_;
     if (algo_ == "ring") {
-      comms_.table = establish(ctx_, {{ctx_.next()}, {ctx_.prev()}, count, "coll-ring"}, ctx_.deadline);
+      comms_.table = establish(ctx_, {{ctx_.next()}, {ctx_.prev()}, count, name_ + "-ring"}, ctx_.deadline);
       return;
     }
     if (algo_ == "tree") {
@@ -89,13 +99,17 @@ class CollBench {
         if (me.up >= 0) peers.insert(me.up);
         for (int d : me.down) peers.insert(d);
       }
+    } else if (algo_ == "sendrecv") {
+      comms_.peers = {ctx_.next()};
+      comms_.table = establish(ctx_, {{ctx_.next()}, {ctx_.prev()}, count, name_ + "-sendrecv"}, ctx_.deadline);
+      return;
     } else {
       for (int p : otherRanks(ctx_)) peers.insert(p);
       count = 1;
     }
     comms_.peers.assign(peers.begin(), peers.end());
     size_t mark = ctx_.net.logSize();
-    comms_.table = establish(ctx_, {comms_.peers, comms_.peers, count, "coll-" + algo_}, ctx_.deadline);
+    comms_.table = establish(ctx_, {comms_.peers, comms_.peers, count, name_ + "-" + algo_}, ctx_.deadline);
     if (twins_) {
       // --twin-relays (NCCL_MESH_RELAY_TWIN=1): every connection to an uncabled peer went over
       // two relays (the plugin's INFO line per connect).
@@ -112,6 +126,7 @@ class CollBench {
   void build() {
     if (algo_ == "ring") return buildRing();
     if (algo_ == "tree") return buildTree();
+    if (algo_ == "sendrecv") return buildSendrecv();
     buildAlltoall();
   }
 
@@ -120,6 +135,11 @@ class CollBench {
   size_t block() const { return bytes_ / static_cast<size_t>(ctx_.nodes) / 4 * 4; }
 
   void fill(int iter) {
+    if (algo_ == "sendrecv") {
+      fillPattern(data_.data(), bytes_, patternSeed(ctx_.rank, ctx_.next(), 22, static_cast<uint64_t>(iter), 0));
+      memset(data_.data() + bytes_, 0, bytes_);
+      return;
+    }
     if (algo_ == "alltoall") {
       for (int p = 0; p < ctx_.nodes; ++p) {
         size_t off = block() * static_cast<size_t>(p);
@@ -133,6 +153,11 @@ class CollBench {
   }
 
   std::string check(int iter) const {
+    if (algo_ == "sendrecv") {
+      std::string bad = checkPattern(data_.data() + bytes_, bytes_,
+                                     patternSeed(ctx_.prev(), ctx_.rank, 22, static_cast<uint64_t>(iter), 0));
+      return bad.empty() ? "" : format("from rank %d: %s", ctx_.prev(), bad.c_str());
+    }
     if (algo_ == "alltoall") {
       for (int p = 0; p < ctx_.nodes; ++p) {
         if (p == ctx_.rank) continue;
@@ -153,13 +178,14 @@ class CollBench {
 
   double runOnce(int iter) {
     fill(iter);
-    ctx_.barrier(format("coll-%s-%d", algo_.c_str(), iter));
+    ctx_.barrier(format("%s-%s-%d", name_.c_str(), algo_.c_str(), iter));
     Clock::time_point t0 = Clock::now();
     pipe_.run(ctx_.deadline);
     return secondsSince(t0);
   }
 
   size_t streak() const { return pipe_.longestStreak(); }
+  std::string calls() const { return pipe_.callSummary(); }
 
   void close() {
     pipe_.release();
@@ -218,6 +244,27 @@ class CollBench {
     }
   }
 
+  void buildSendrecv() {
+    int next = ctx_.next(), prev = ctx_.prev();
+    for (int ch = 0; ch < channels_; ++ch) {
+      size_t k = static_cast<size_t>(ch);
+      int s = pipe_.addConn(comms_.table[next].send[k], true, format("sendrecv ch%d send to rank %d", ch, next), ctx_.rank);
+      int r = pipe_.addConn(comms_.table[prev].recv[k], false, format("sendrecv ch%d recv from rank %d", ch, prev), prev);
+      auto [lo, hi] = part(bytes_, static_cast<size_t>(ch), static_cast<size_t>(channels_));
+      std::vector<Step> sends, recvs;
+      for (size_t off = lo; off < hi; off += slice_) {
+        size_t n = std::min(slice_, hi - off);
+        Step st, rt;
+        st.sends.push_back(Xfer{s, off, n, POp::None});
+        rt.recvs.push_back(Xfer{r, bytes_ + off, n, POp::Copy});
+        sends.push_back(st);
+        recvs.push_back(rt);
+      }
+      pipe_.addLane(sends);
+      pipe_.addLane(recvs);
+    }
+  }
+
   void buildAlltoall() {
     size_t blk = block();
     for (int p : comms_.peers) {
@@ -238,6 +285,7 @@ class CollBench {
   }
 
   Context& ctx_;
+  std::string name_;
   std::string algo_;
   size_t bytes_;
   int channels_;
@@ -278,13 +326,18 @@ std::string twinLegShares(Context& ctx, size_t mark, double least) {
 std::string runCollBench(Context& ctx) {
   requireNodes(ctx, 0);
   std::string algo = ctx.opts.str("algo", "ring");
-  if (algo == "contention") return runContention(ctx);
-  if (algo != "ring" && algo != "tree" && algo != "alltoall") fail("--algo %s: expected ring, tree, alltoall or contention", algo.c_str());
+  if (algo == "contention") {
+    if (ctx.opts.has("vs")) fail("--vs is for ring, tree, alltoall and sendrecv");
+    return runContention(ctx);
+  }
+  if (algo != "ring" && algo != "tree" && algo != "alltoall" && algo != "sendrecv") {
+    fail("--algo %s: expected ring, tree, alltoall, sendrecv or contention", algo.c_str());
+  }
   size_t bytes = 0, slice = 0;
   if (!parseSize(ctx.opts.str("bytes", "64M"), &bytes) || bytes < 4 || bytes > (size_t{1} << 30) || bytes % 4 != 0) {
     fail("--bytes: expected a multiple of 4 up to 1G");
   }
-  if (!parseSize(ctx.opts.str("slice", "512K"), &slice) || slice < 4096 || slice % 4 != 0) fail("--slice: at least 4K, a multiple of 4");
+  if (!parseSize(ctx.opts.str("slice", algo == "sendrecv" ? "128K" : "512K"), &slice) || slice < 4096 || slice % 4 != 0) fail("--slice: at least 4K, a multiple of 4");
   int channels = static_cast<int>(ctx.opts.integer("channels", 4));
   int iters = static_cast<int>(ctx.opts.integer("iters", 3));
   int warmup = static_cast<int>(ctx.opts.integer("warmup", 1));
@@ -298,42 +351,80 @@ std::string runCollBench(Context& ctx) {
   if (quietShare > 0 && !ctx.opts.has("twin-relays")) fail("--quiet-leg-share needs --twin-relays");
   if (channels < 1 || channels > 32 || iters < 1 || warmup < 0) fail("--channels 1..32, --iters >= 1, --warmup >= 0");
   if (algo == "tree" && channels % 2 != 0) fail("--algo tree needs an even --channels (half per tree)");
+  if (algo == "sendrecv" && ctx.nodes < 2) fail("--algo sendrecv needs 2 or more ranks");
+  // --vs nccl-ib[:LIB]: NCCL's own IB transport in the same processes, on the same devices
+  // (tests/e2e/nccl_ib.h), its own comms and buffers, the iterations alternating with the
+  // plugin's: whatever the host does to one run (core placement, a busy neighbour) it does to
+  // both, so each iteration pair's ratio compares the transports, not two runs.
+  std::string vsLib;
+  bool vs = ctx.opts.has("vs");
+  if (vs && !parseNcclIbPlugin(ctx.opts.str("vs", ""), &vsLib)) fail("--vs: expected nccl-ib or nccl-ib:LIB");
+  if (vs && ctx.opts.has("twin-relays")) fail("--vs compares one connection's transports: not with --twin-relays");
   CollBench bench(ctx, algo, bytes, channels, slice, ctx.opts.has("twin-relays"));
   Clock::time_point t0 = Clock::now();
   bench.connect();
   double connectS = secondsSince(t0);
   bench.build();
-  double best = 1e30;
+  std::unique_ptr<CollBench> ref;
+  if (vs) {
+    ctx.net.addNcclIb(vsLib, ctx.trafficClass);
+    ctx.barrier("coll-bench-reference-loaded");
+    ctx.net.use(1);
+    ref.reset(new CollBench(ctx, algo, bytes, channels, slice, false, "ref"));
+    ref->connect();
+    ref->build();
+    ctx.net.use(0);
+  }
+  double best = 1e30, refBest = 1e30;
   size_t streak = 0;
-  std::string each;  // every timed iteration's seconds: is a slow round slow in every iteration, or in one?
+  std::string each, refEach;  // every timed iteration's seconds: is a slow round slow in every iteration, or in one?
+  std::vector<double> ratios;   // --vs: the reference's time / the plugin's, per iteration pair
   for (int it = 0; it < warmup + iters; ++it) {
     double s = bench.runOnce(it);
+    double r = 0;
+    if (ref) {
+      ctx.net.use(1);
+      r = ref->runOnce(it);
+      ctx.net.use(0);
+    }
     if (it >= warmup) {
       each += format("%s%.3f", each.empty() ? "" : ",", s);
       best = std::min(best, s);
       streak = std::max(streak, bench.streak());
+      if (ref) {
+        refEach += format("%s%.3f", refEach.empty() ? "" : ",", r);
+        refBest = std::min(refBest, r);
+        ratios.push_back(r / s);
+      }
     }
   }
   std::string bad = bench.check(warmup + iters - 1);
+  std::string refBad = ref ? ref->check(warmup + iters - 1) : "";
   ctx.barrier("coll-bench-done");
+  if (ref) {
+    ctx.net.use(1);
+    ref->close();
+    ctx.net.use(0);
+  }
   size_t closeMark = ctx.net.logSize();
   bench.close();
   std::string shares = twinLegShares(ctx, closeMark, quietShare);
   ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
   if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
+  if (!refBad.empty()) fail("coll-bench %s: the reference's data wrong after the last iteration: %s", algo.c_str(), refBad.c_str());
   if (maxStreak > 0 && streak > static_cast<size_t>(maxStreak)) {
     fail("coll-bench %s: one connection completed %zu transfers in a row while another, with transfers still "
          "to come, completed none (--max-streak %ld): one direction of a cable waited for the other",
          algo.c_str(), streak, maxStreak);
   }
   int n = ctx.nodes;
-  double factor = algo == "alltoall" ? (n - 1.0) / n : 2.0 * (n - 1) / n;
+  double factor = algo == "alltoall" ? (n - 1.0) / n : algo == "sendrecv" ? 1.0 : 2.0 * (n - 1) / n;
   double algbw = static_cast<double>(bytes) / best, busbw = algbw * factor;
   std::string out = format("algo=%s bytes=%zu channels=%d slice=%zu connect_s=%.2f best_s=%.4f algbw_MBps=%.1f "
                            "busbw_MBps=%.1f data exact",
                            algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
-  out += format(" streak=%zu iters_s=%s", streak, each.c_str());
-  if (ceiling > 0) {
+  out += format(" streak=%zu iters_s=%s calls=%s", streak, each.c_str(), bench.calls().c_str());
+  if (ceiling > 0 && algo != "sendrecv") {
     std::string how;
     Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);
     double bound = algbwBound(ctx, t, ceiling, &how) * factor;
@@ -341,6 +432,16 @@ std::string runCollBench(Context& ctx) {
                   how.c_str(), ceiling / 1e6);
   }
   if (!shares.empty()) out += " leg_shares=" + shares;
+  if (ref) {
+    std::sort(ratios.begin(), ratios.end());
+    size_t k = ratios.size();
+    double median = k % 2 ? ratios[k / 2] : (ratios[k / 2 - 1] + ratios[k / 2]) / 2;
+    out += format(" ref_algbw_MBps=%.1f ref_busbw_MBps=%.1f ref_iters_s=%s vs_ratio_median=%.3f vs_ratio_min=%.3f "
+                  "vs_ratio_max=%.3f (plugin / NCCL IB, per iteration pair)",
+                  static_cast<double>(bytes) / refBest / 1e6, static_cast<double>(bytes) / refBest * factor / 1e6,
+                  refEach.c_str(), median, ratios.front(), ratios.back());
+    out += " ref_calls=" + ref->calls();
+  }
   std::string sent = fabricSentBytes();
   if (!sent.empty()) out += " sent: " + sent;  // how the node's cables and functions shared it
   return out;

@@ -15,7 +15,8 @@
 // Fault injection for testing the driver's checks: FAKE_CORRUPT (flip a byte of every
 // message > 1000 B), FAKE_BADSIZE (report 4097 for 4096-byte messages), FAKE_WRONG_NETDEV
 // (log conn lines naming the wrong netdev), FAKE_LEAK_FD (leak an fd per connect),
-// FAKE_HANG_CONNECT (connect never completes).
+// FAKE_HANG_CONNECT (connect never completes). Built with FAKE_NCCL_IB it is a stand-in
+// libnccl.so.2 instead (see the end of this file).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -35,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "net_v8.h"
+#include "net_v11.h"
 
 namespace {
 
@@ -435,7 +436,67 @@ ncclResult_t fConsumed(void*, int, void*) { return ncclSuccess; }
 
 }  // namespace
 
+#ifndef FAKE_NCCL_IB
 extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
     "FakeMesh", fInit, fDevices, fProps, fListen, fConnect, fAccept, fRegMr, fRegMrDmaBuf,
     fDeregMr, fIsend, fIrecv, fIflush, fTest, fCloseSend, fCloseRecv, fCloseListen,
     fGetDeviceMr, fConsumed};
+#else
+// Built as a stand-in libnccl.so.2 for mesh_e2e --plugin nccl-ib:<this> (tests/e2e/nccl_ib.h):
+// the same transport as NCCL's own IB one is found in a real libnccl, a local (unexported)
+// v11 table named ncclNetIb with name "IB", plus ncclGetVersion. FAKE_NCCL_IB_WRONG_SIZE
+// gives the table a v8 table's size instead, which the loader must refuse.
+#ifndef FAKE_NCCL_IB_WRONG_SIZE
+namespace {
+ncclResult_t gInit(void** ctx, uint64_t, ncclNetCommConfig_v11_t*, ncclDebugLogger_t f, ncclProfilerCallback_t) {
+  static int context;
+  *ctx = &context;
+  return fInit(f);
+}
+ncclResult_t gProps(int d, ncclNetProperties_v11_t* p) {
+  ncclNetProperties_v8_t v8;
+  fProps(d, &v8);
+  memset(p, 0, sizeof(*p));
+  p->name = v8.name;
+  p->ptrSupport = v8.ptrSupport;
+  p->speed = v8.speed;
+  p->maxComms = v8.maxComms;
+  p->maxRecvs = v8.maxRecvs;
+  p->maxP2pBytes = size_t{1} << 30;
+  p->maxCollBytes = size_t{1} << 30;
+  return ncclSuccess;
+}
+ncclResult_t gListen(void*, int d, void* handle, void** lc) { return fListen(d, handle, lc); }
+ncclResult_t gConnect(void*, int d, void* handle, void** sc, ncclNetDeviceHandle_v11_t** dc) {
+  return fConnect(d, handle, sc, dc);
+}
+ncclResult_t gIsend(void* sc, void* data, size_t size, int tag, void* mh, void*, void** req) {
+  return fIsend(sc, data, static_cast<int>(size), tag, mh, req);
+}
+ncclResult_t gIrecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mh, void**, void** req) {
+  int narrow[8];
+  for (int i = 0; i < n && i < 8; ++i) narrow[i] = static_cast<int>(sizes[i]);
+  return fIrecv(rc, n, data, narrow, tags, mh, req);
+}
+ncclResult_t gFinalize(void*) { return ncclSuccess; }
+}  // namespace
+
+// External linkage but hidden, as in libnccl: a local symbol of the library, unmangled.
+extern __attribute__((visibility("hidden"))) const ncclNet_v11_t ncclNetIb;
+const ncclNet_v11_t ncclNetIb = {
+    "IB", gInit, fDevices, gProps, gListen, gConnect, fAccept, fRegMr, fRegMrDmaBuf,
+    fDeregMr, gIsend, gIrecv, fIflush, fTest, fCloseSend, fCloseRecv, fCloseListen,
+    fGetDeviceMr, fConsumed, nullptr, gFinalize, nullptr};
+#else
+extern __attribute__((visibility("hidden"))) const ncclNet_v8_t ncclNetIb;
+const ncclNet_v8_t ncclNetIb = {
+    "IB", fInit, fDevices, fProps, fListen, fConnect, fAccept, fRegMr, fRegMrDmaBuf,
+    fDeregMr, fIsend, fIrecv, fIflush, fTest, fCloseSend, fCloseRecv, fCloseListen,
+    fGetDeviceMr, fConsumed};
+#endif
+
+extern "C" __attribute__((visibility("default"))) int ncclGetVersion(int* version) {
+  *version = 22809;
+  return 0;
+}
+#endif
