@@ -319,11 +319,22 @@ class NetApi {
   ncclResult_t closeListen(void* listenComm) {
     return call([&](auto t) { return t->closeListen(listenComm); });
   }
+  // NCCL calls these two only when the table has them (NCCL's own IB transport leaves both
+  // NULL); a NULL one is skipped the same way here. The plugin's own tables are checked
+  // member by member in tests/abi.
   ncclResult_t getDeviceMr(void* comm, void* mhandle, void** dptr) {
-    return call([&](auto t) { return t->getDeviceMr(comm, mhandle, dptr); });
+    return call([&](auto t) {
+      if (t->getDeviceMr == nullptr) {
+        if (dptr != nullptr) *dptr = nullptr;
+        return ncclSuccess;
+      }
+      return t->getDeviceMr(comm, mhandle, dptr);
+    });
   }
   ncclResult_t irecvConsumed(void* recvComm, int n, void* request) {
-    return call([&](auto t) { return t->irecvConsumed(recvComm, n, request); });
+    return call([&](auto t) {
+      return t->irecvConsumed == nullptr ? ncclSuccess : t->irecvConsumed(recvComm, n, request);
+    });
   }
 
  private:

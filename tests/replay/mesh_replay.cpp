@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "e2e_util.h"
+#include "nccl_ib.h"
 #include "replayer.h"
 
 namespace replay {
@@ -29,7 +30,9 @@ const char kUsage[] =
     "       mesh_replay node [options] TRACE|DIR...  inside a fabric node (VMESH_RANK, VMESH_SHARED)\n"
     "       mesh_replay check TRACE|DIR...           parse and place the traces only\n"
     "options:\n"
-    "  --plugin PATH      the plugin as NCCL opens it (libnccl-net-mesh.so, through LD_LIBRARY_PATH)\n"
+    "  --plugin PATH      the plugin as NCCL opens it (libnccl-net-mesh.so, through LD_LIBRARY_PATH);\n"
+    "                     nccl-ib[:LIB]: NCCL's own IB transport out of LIB (libnccl.so.2) instead, v11\n"
+    "                     traces only (root; the drop-in first in LD_LIBRARY_PATH: --plugin-dir)\n"
     "  --deadline S       the whole replay (120)\n"
     "  --wait S           one call's retries, one test, one handle or dependency (30)\n"
     "  --run-id ID        separates runs sharing a rendezvous directory (1)\n"
@@ -157,6 +160,17 @@ int runNode(const Args& a, const Plan& plan) {
     if (plan.processes[p].node == node) mine.push_back(p);
   }
   if (mine.empty()) return 0;
+  std::string ncclLib;
+  if (e2e::parseNcclIbPlugin(opts.plugin, &ncclLib)) {
+    // NCCL IB's /sys/class/infiniband (tests/e2e/nccl_ib.h) for every thread that calls it:
+    // a mount namespace is per thread once threads exist, so before any starts.
+    try {
+      e2e::fakeIbSysfs(e2e::verbsDeviceNames());
+    } catch (const std::exception& e) {
+      fprintf(stderr, "mesh_replay node: %s\n", e.what());
+      return 2;
+    }
+  }
   if (mine.size() == 1) {
     e2e::startWatchdog("replay", node, opts.deadline + 20);
     return replayProcess(plan, mine[0], opts) == 0 ? 0 : 1;

@@ -310,7 +310,7 @@ void Session::doInit(const Record& r) {
   if (api_ < 11) return expectResult(r, main_->init(replayLogger));
   auto api = std::make_unique<netapi::NetApi>();
   std::string why;
-  if (!api->bind(lib_, api_, &why)) fatal(r, "a table", why);
+  if (!bindAnother(api.get(), &why)) fatal(r, "a table", why);
   ncclResult_t res = api->init(replayLogger, r.trafficClass, r.commId);
   expectResult(r, res);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -387,7 +387,7 @@ void Session::doConnect(const Record& r) {
     if (withTc == nullptr) {
       apis_.push_back(std::make_unique<netapi::NetApi>());
       std::string why;
-      apis_.back()->bind(lib_, api_, &why);
+      bindAnother(apis_.back().get(), &why);
       apis_.back()->init(replayLogger, r.trafficClass);
       withTc = apis_.back().get();
     }

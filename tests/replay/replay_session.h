@@ -155,7 +155,9 @@ class Session {
   const Options& opts_;
   e2e::Rendezvous* rv_;
   std::atomic<bool>* stopping_;
+  bool bindAnother(netapi::NetApi* api, std::string* why);
   void* lib_ = nullptr;
+  bool ncclIb_ = false;  // NCCL's IB transport (--plugin nccl-ib): its library is never closed
   int api_ = 0;
   std::vector<std::unique_ptr<netapi::NetApi>> apis_;  // every table bound (under mutex_)
   netapi::NetApi* main_ = nullptr;                     // the first: every call without a context

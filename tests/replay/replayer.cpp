@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "e2e_util.h"
+#include "nccl_ib.h"
 #include "plugin_net.h"
 #include "replay_session.h"
 
@@ -87,18 +88,36 @@ void Session::load() {
     if (r.api != api_)
       e2e::fail("%s:%zu: calls through v%d and v%d in one process", file_.name.c_str(), r.line, api_, r.api);
   }
-  dlerror();
-  lib_ = dlopen(opts_.plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib_ == nullptr) e2e::fail("dlopen(\"%s\") failed: %s", opts_.plugin.c_str(), dlerror());
   apis_.push_back(std::make_unique<netapi::NetApi>());
   main_ = apis_.back().get();
-  std::string why;
-  if (!main_->bind(lib_, api_, &why)) e2e::fail("%s: %s", opts_.plugin.c_str(), why.c_str());
+  std::string why, ncclLib;
+  if (e2e::parseNcclIbPlugin(opts_.plugin, &ncclLib)) {
+    // NCCL's own IB transport replays the same calls (tests/e2e/nccl_ib.h): a v11 table;
+    // runNode gave the process its /sys/class/infiniband before any thread started.
+    if (api_ != 11) e2e::fail("%s: --plugin nccl-ib replays v11 traces only (this one is v%d)", file_.name.c_str(), api_);
+    e2e::NcclIb ib = e2e::openNcclIb(ncclLib);
+    lib_ = ib.lib;
+    ncclIb_ = true;
+    if (!main_->bindTable(ib.table, 11, "ncclNetIb in " + ib.path, &why)) e2e::fail("nccl-ib: %s", why.c_str());
+  } else {
+    dlerror();
+    lib_ = dlopen(opts_.plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib_ == nullptr) e2e::fail("dlopen(\"%s\") failed: %s", opts_.plugin.c_str(), dlerror());
+    if (!main_->bind(lib_, api_, &why)) e2e::fail("%s: %s", opts_.plugin.c_str(), why.c_str());
+  }
   computeDeps();
 }
 
+// Another table for a v11+ init (NCCL creates a context per communicator): the library's
+// symbol again, or NCCL IB's table, which no symbol exports.
+bool Session::bindAnother(netapi::NetApi* api, std::string* why) {
+  if (ncclIb_) return api->bindTable(main_->table(), 11, "ncclNetIb", why);
+  return api->bind(lib_, api_, why);
+}
+
 void Session::unload() {
-  if (lib_ != nullptr && dlclose(lib_) != 0) e2e::fail("dlclose failed: %s", dlerror());
+  // NCCL IB's per-device threads outlive its finalize: its library stays until exit.
+  if (lib_ != nullptr && !ncclIb_ && dlclose(lib_) != 0) e2e::fail("dlclose failed: %s", dlerror());
   lib_ = nullptr;
 }
 
