@@ -41,7 +41,9 @@
 # NCCL's ring all-reduce (2 channels, 512 KiB slices), 256 MiB, 20 iterations each, --rounds
 # runs (default 5); per figure the median over runs of each run's median per-iteration ratio
 # plugin / NCCL IB, then one line:
-#   VSNCCLIB sendrecv=R ring=R
+#   VSNCCLIB sendrecv=R ring=R spark_sendrecv=R
+# (spark_sendrecv: one DGX Spark cable, the plugin's one device of two functions and 2 channels
+# against NCCL IB's two devices and 4 channels, as NCCL ran them on the GPU machine)
 #
 # usage: scripts/bench-fabric.sh --link-rate [--build DIR] [--rate R] [--fn-rate R]
 #                                [--rounds 3] [--out DIR]
@@ -332,11 +334,12 @@ link_rate() {
 # coll-bench --vs on a 2-node fabric: the plugin and NCCL's IB transport in the same two
 # processes, iterations alternating; the drop-in first in LD_LIBRARY_PATH (NCCL's IB transport
 # dlopens libibverbs.so).
-vs_run() {  # vs_run LIB ALGO ARGS...: every rank's output
-    local lib=$1 algo=$2 rate=()
+vs_run() {  # vs_run LIB ALGO ARGS...: every rank's output (VS_NET: more fabric-net arguments)
+    local lib=$1 algo=$2 rate=() net
     shift 2
     [ "$RATE_SET" = 1 ] && rate=(--rate "$RATE")
-    fabric --nodes 2 "${rate[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
+    read -r -a net <<<"${VS_NET:-}"
+    fabric --nodes 2 "${rate[@]}" "${net[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
         "$BUILD/tests/e2e/mesh_e2e" coll-bench --vs "nccl-ib:$lib" --algo "$algo" "$@" 2>&1
 }
 
@@ -353,13 +356,20 @@ vs_nccl_ib() {
     fi
     [ -f "$lib" ] || die "no libnccl.so.2 (--nccl LIB): NCCL's IB transport is the reference"
     missing=0
+    # spark_sendrecv: one DGX Spark cable (two functions per end): the plugin as one device of
+    # two functions with NCCL's 2 channels, NCCL IB with a device per function and 4 channels,
+    # channel k on device k % 2, as NCCL ran them on the GPU machine.
     declare -A ARGS=([sendrecv]="--bytes 256M --channels 2 --slice 128K --iters 20"
-                     [ring]="--bytes 256M --channels 2 --slice 512K --iters 20")
+                     [ring]="--bytes 256M --channels 2 --slice 512K --iters 20"
+                     [spark_sendrecv]="--bytes 256M --channels 2 --ref-channels 4 --spread-devices --slice 128K --iters 20")
+    local figures=(sendrecv ring spark_sendrecv)
     for round in $(seq 1 "$ROUNDS"); do
         echo "bench-fabric: round $round of $ROUNDS" | tee -a "$LOG"
-        for algo in sendrecv ring; do
+        for algo in "${figures[@]}"; do
             read -r -a args <<<"${ARGS[$algo]}"
-            out=$(vs_run "$lib" "$algo" "${args[@]}")
+            VS_NET=""
+            [ "$algo" = spark_sendrecv ] && VS_NET="--functions 2"
+            out=$(vs_run "$lib" "${algo#spark_}" "${args[@]}")
             echo "$out" >>"$LOG"
             record "${algo}_ratio" "$(echo "$out" | field vs_ratio_median 0)"
             record "${algo}_plugin" "$(echo "$out" | field busbw_MBps 0)"
@@ -375,7 +385,7 @@ vs_nccl_ib() {
         echo
         echo "| figure | plugin / NCCL IB | plugin MB/s | NCCL IB MB/s |"
         echo "|---|---|---|---|"
-        for algo in sendrecv ring; do
+        for algo in "${figures[@]}"; do
             r=$(median "${algo}_ratio")
             echo "| ${algo} (${ARGS[$algo]}) | ${r:--} | $(median "${algo}_plugin" %.0f) | $(median "${algo}_ib" %.0f) |"
             line+=" $algo=${r:-missing}"

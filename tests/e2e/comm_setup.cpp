@@ -40,7 +40,7 @@ bool ConnectDriver::sweep() {
     ++p.calls;
     ncclResult_t rc;
     if (p.isConnect) {
-      rc = ctx_.net->connect(ctx_.dev, p.handle, &p.comm, &p.devComm);
+      rc = ctx_.net->connect(p.dev >= 0 ? p.dev : ctx_.dev, p.handle, &p.comm, &p.devComm);
     } else {
       rc = ctx_.net->accept(p.listenComm, &p.comm, &p.devComm);
     }
@@ -94,11 +94,11 @@ void ConnectDriver::timeoutFailure(const Deadline& deadline) const {
        pendingSummary().c_str());
 }
 
-void* listenAndPublish(Context& ctx, const std::string& name, const std::string& label) {
+void* listenAndPublish(Context& ctx, const std::string& name, const std::string& label, int dev) {
   alignas(16) unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listenComm = nullptr;
-  ctx.net.check(ctx.net->listen(ctx.dev, handle, &listenComm), "listen",
-                format("%s (dev %d)", label.c_str(), ctx.dev));
+  if (dev < 0) dev = ctx.dev;
+  ctx.net.check(ctx.net->listen(dev, handle, &listenComm), "listen", format("%s (dev %d)", label.c_str(), dev));
   if (listenComm == nullptr) fail("listen returned success but a NULL listen comm (%s)", label.c_str());
   ctx.rv->publish(name, std::string(reinterpret_cast<char*>(handle), sizeof(handle)));
   return listenComm;
@@ -142,7 +142,8 @@ CommTable establish(Context& ctx, const EstablishSpec& spec, const Deadline& dea
     PeerComms& pc = table[peer];
     for (int k = 0; k < spec.count; ++k) {
       std::string label = format("accept rank%d<-rank%d #%d (%s)", ctx.rank, peer, k, spec.tag.c_str());
-      void* lc = listenAndPublish(ctx, handleName(ctx.rank, peer, k, spec.tag), label);
+      void* lc = listenAndPublish(ctx, handleName(ctx.rank, peer, k, spec.tag), label,
+                                  spec.devices > 0 ? k % spec.devices : -1);
       pc.listen.push_back(lc);
       accepts.push_back(driver.addAccept(peer, k, lc, label));
     }
@@ -170,6 +171,7 @@ CommTable establish(Context& ctx, const EstablishSpec& spec, const Deadline& dea
       connects.push_back(driver.addConnect(
           w.peer, w.k, bytes,
           format("connect rank%d->rank%d #%d (%s)", ctx.rank, w.peer, w.k, spec.tag.c_str())));
+      if (spec.devices > 0) connects.back()->dev = w.k % spec.devices;
     }
     return progress;
   };

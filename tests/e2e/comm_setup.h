@@ -21,6 +21,7 @@ struct PendingConn {
   bool isConnect = true;
   int peer = -1;
   int k = 0;
+  int dev = -1;                         // connect on this device; -1: ctx.dev
   std::string label;                    // e.g. "connect rank0->rank2 #3"
   // connect: the handle (from the listener); accept: the listen comm.
   alignas(16) unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -90,6 +91,9 @@ struct EstablishSpec {
   std::vector<int> acceptFrom;  // peers this rank accepts `count` recv comms from
   int count = 1;
   std::string tag;              // unique per call within a scenario run (file names)
+  // > 0: comm k listens and connects on device k % devices, as NCCL spreads its channels
+  // over a node's NICs; 0: every comm on ctx.dev.
+  int devices = 0;
 };
 
 // Listens count times per peer in acceptFrom and publishes each handle as
@@ -99,7 +103,7 @@ struct EstablishSpec {
 CommTable establish(Context& ctx, const EstablishSpec& spec, const Deadline& deadline);
 
 // listen() once and publish the handle under `name`. Returns the listen comm.
-void* listenAndPublish(Context& ctx, const std::string& name, const std::string& label);
+void* listenAndPublish(Context& ctx, const std::string& name, const std::string& label, int dev = -1);
 
 // closeSend / closeRecv / closeListen on every comm of the table, checking each result
 // (all are attempted even after a failure; the first failure is thrown at the end).

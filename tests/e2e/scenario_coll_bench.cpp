@@ -101,7 +101,9 @@ class CollBench {
       }
     } else if (algo_ == "sendrecv") {
       comms_.peers = {ctx_.next()};
-      comms_.table = establish(ctx_, {{ctx_.next()}, {ctx_.prev()}, count, name_ + "-sendrecv"}, ctx_.deadline);
+      EstablishSpec spec{{ctx_.next()}, {ctx_.prev()}, count, name_ + "-sendrecv"};
+      if (spread_) ctx_.net.check(ctx_.net->devices(&spec.devices), "devices", "--spread-devices");
+      comms_.table = establish(ctx_, spec, ctx_.deadline);
       return;
     } else {
       for (int p : otherRanks(ctx_)) peers.insert(p);
@@ -184,6 +186,9 @@ class CollBench {
     return secondsSince(t0);
   }
 
+  // sendrecv: channel k on device k % (the transport's devices), as NCCL spreads its channels
+  // over a node's NICs (a Spark cable is two devices to NCCL IB, or to the plugin in port mode).
+  void spreadDevices(bool on) { spread_ = on; }
   size_t streak() const { return pipe_.longestStreak(); }
   std::string calls() const { return pipe_.callSummary(); }
 
@@ -291,6 +296,7 @@ class CollBench {
   int channels_;
   size_t slice_;
   bool twins_ = false;
+  bool spread_ = false;
   HostBuffer data_;
   Pipeline pipe_;
   Comms comms_;
@@ -360,7 +366,12 @@ std::string runCollBench(Context& ctx) {
   bool vs = ctx.opts.has("vs");
   if (vs && !parseNcclIbPlugin(ctx.opts.str("vs", ""), &vsLib)) fail("--vs: expected nccl-ib or nccl-ib:LIB");
   if (vs && ctx.opts.has("twin-relays")) fail("--vs compares one connection's transports: not with --twin-relays");
+  bool spread = ctx.opts.has("spread-devices");
+  if (spread && algo != "sendrecv") fail("--spread-devices is for --algo sendrecv");
+  int refChannels = static_cast<int>(ctx.opts.integer("ref-channels", channels));
+  if (refChannels < 1 || refChannels > 32) fail("--ref-channels 1..32");
   CollBench bench(ctx, algo, bytes, channels, slice, ctx.opts.has("twin-relays"));
+  bench.spreadDevices(spread);
   Clock::time_point t0 = Clock::now();
   bench.connect();
   double connectS = secondsSince(t0);
@@ -370,7 +381,8 @@ std::string runCollBench(Context& ctx) {
     ctx.net.addNcclIb(vsLib, ctx.trafficClass);
     ctx.barrier("coll-bench-reference-loaded");
     ctx.net.use(1);
-    ref.reset(new CollBench(ctx, algo, bytes, channels, slice, false, "ref"));
+    ref.reset(new CollBench(ctx, algo, bytes, refChannels, slice, false, "ref"));
+    ref->spreadDevices(spread);
     ref->connect();
     ref->build();
     ctx.net.use(0);
