@@ -40,7 +40,10 @@ NcclIb openNcclIb(const std::string& lib);
 // drop-in: fab_<netdev>). Throws Failure when there is no verbs library.
 std::vector<std::string> verbsDeviceNames();
 
-// The private /sys/class described above, with these devices. Throws Failure.
+// The private /sys/class described above, with these devices. Throws Failure. Once a process
+// has threads, a new mount namespace is the calling thread's (and the threads it starts
+// later): call it before starting threads that will call NCCL IB (mesh_replay does, at the
+// start of each node), or call NCCL IB from this thread only (mesh_e2e does).
 void fakeIbSysfs(const std::vector<std::string>& devices);
 
 // The text after "nccl-ib" in a --plugin value: "" for the default library (libnccl.so.2),
