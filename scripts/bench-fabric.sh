@@ -41,9 +41,11 @@
 # NCCL's ring all-reduce (2 channels, 512 KiB slices), 256 MiB, 20 iterations each, --rounds
 # runs (default 5); per figure the median over runs of each run's median per-iteration ratio
 # plugin / NCCL IB, then one line:
-#   VSNCCLIB sendrecv=R ring=R spark_sendrecv=R
-# (spark_sendrecv: one DGX Spark cable, the plugin's one device of two functions and 2 channels
-# against NCCL IB's two devices and 4 channels, as NCCL ran them on the GPU machine)
+#   VSNCCLIB sendrecv=R sendrecv_oldest=R ring=R spark_sendrecv=R
+# (sendrecv_oldest: each connection's oldest request tested once per pass, as NCCL's proxy
+# does, not every one in flight; spark_sendrecv: one DGX Spark cable, the plugin's one device
+# of two functions and 2 channels against NCCL IB's two devices and 4 channels, as NCCL ran
+# them on the GPU machine)
 #
 # usage: scripts/bench-fabric.sh --link-rate [--build DIR] [--rate R] [--fn-rate R]
 #                                [--rounds 3] [--out DIR]
@@ -361,15 +363,17 @@ vs_nccl_ib() {
     # channel k on device k % 2, as NCCL ran them on the GPU machine.
     declare -A ARGS=([sendrecv]="--bytes 256M --channels 2 --slice 128K --iters 20"
                      [ring]="--bytes 256M --channels 2 --slice 512K --iters 20"
-                     [spark_sendrecv]="--bytes 256M --channels 2 --ref-channels 4 --spread-devices --slice 128K --iters 20")
-    local figures=(sendrecv ring spark_sendrecv)
+                     [spark_sendrecv]="--bytes 256M --channels 2 --ref-channels 4 --spread-devices --slice 128K --iters 20"
+                     [sendrecv_oldest]="--bytes 256M --channels 2 --slice 128K --iters 20 --test-oldest")
+    local figures=(sendrecv sendrecv_oldest ring spark_sendrecv)
     for round in $(seq 1 "$ROUNDS"); do
         echo "bench-fabric: round $round of $ROUNDS" | tee -a "$LOG"
         for algo in "${figures[@]}"; do
             read -r -a args <<<"${ARGS[$algo]}"
             VS_NET=""
             [ "$algo" = spark_sendrecv ] && VS_NET="--functions 2"
-            out=$(vs_run "$lib" "${algo#spark_}" "${args[@]}")
+            local a=${algo#spark_}
+            out=$(vs_run "$lib" "${a%_oldest}" "${args[@]}")
             echo "$out" >>"$LOG"
             record "${algo}_ratio" "$(echo "$out" | field vs_ratio_median 0)"
             record "${algo}_plugin" "$(echo "$out" | field busbw_MBps 0)"

@@ -69,7 +69,7 @@ bool Pipeline::postReceives(Conn& c) {
 }
 
 // Tests the connection's requests in flight, oldest first (completion order is not promised:
-// each one is tested).
+// each one is tested), or only the oldest one not yet done (testOldestOnly: NCCL's proxy).
 bool Pipeline::testRequests(Conn& c) {
   bool moved = false;
   for (size_t i = c.done; i < c.posted; ++i) {
@@ -81,6 +81,7 @@ bool Pipeline::testRequests(Conn& c) {
     ncclResult_t r = ctx_.net->test(c.req[slot], &done, sizes, 1);
     count(&tests_, t0, done == 0);
     ctx_.net.check(r, "test", format("%s #%zu (%s)", c.label.c_str(), i, c.send ? "isend" : "irecv"));
+    if (!done && oldestOnly_) break;
     if (!done) continue;
     if (!c.send && sizes[0] != c.items[i].bytes) {
       fail("%s #%zu: received %zu bytes, expected %zu", c.label.c_str(), i, sizes[0], c.items[i].bytes);
@@ -88,6 +89,7 @@ bool Pipeline::testRequests(Conn& c) {
     c.ready[slot] = true;
     c.doneLog.emplace_back(Clock::now(), c.send ? c.items[i].bytes : sizes[0]);
     moved = true;
+    if (oldestOnly_) break;
   }
   while (c.done < c.posted && c.ready[c.done % kNcclSteps]) ++c.done;
   if (c.send) c.consumed = c.done;  // a completed send frees its slot

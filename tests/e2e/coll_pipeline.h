@@ -46,6 +46,10 @@ class Pipeline {
   // `tag` goes with each of the connection's isend/irecv calls (NCCL's p2p: the sender's rank).
   int addConn(void* comm, bool send, const std::string& label, int tag = 0);
   int addLane(std::vector<Step> steps);
+  // NCCL's proxy tests only a connection's oldest request, once per pass (net.cc
+  // sendProxyProgress / recvProxyProgress); by default every request in flight is tested each
+  // pass (completion order is not promised). true: NCCL's way.
+  void testOldestOnly(bool on) { oldestOnly_ = on; }
   // Runs every lane to its end and waits for every send; throws Failure on an error or at
   // the deadline. Completion times are kept per connection (completions).
   void run(const Deadline& deadline);
@@ -93,6 +97,7 @@ class Pipeline {
     double seconds = 0;
   };
   Calls isends_, irecvs_, tests_;
+  bool oldestOnly_ = false;
   static void count(Calls* calls, Clock::time_point t0, bool idle);
 
   Context& ctx_;

@@ -189,6 +189,7 @@ class CollBench {
   // sendrecv: channel k on device k % (the transport's devices), as NCCL spreads its channels
   // over a node's NICs (a Spark cable is two devices to NCCL IB, or to the plugin in port mode).
   void spreadDevices(bool on) { spread_ = on; }
+  void testOldestOnly(bool on) { pipe_.testOldestOnly(on); }
   size_t streak() const { return pipe_.longestStreak(); }
   std::string calls() const { return pipe_.callSummary(); }
 
@@ -372,6 +373,7 @@ std::string runCollBench(Context& ctx) {
   if (refChannels < 1 || refChannels > 32) fail("--ref-channels 1..32");
   CollBench bench(ctx, algo, bytes, channels, slice, ctx.opts.has("twin-relays"));
   bench.spreadDevices(spread);
+  bench.testOldestOnly(ctx.opts.has("test-oldest"));
   Clock::time_point t0 = Clock::now();
   bench.connect();
   double connectS = secondsSince(t0);
@@ -383,6 +385,7 @@ std::string runCollBench(Context& ctx) {
     ctx.net.use(1);
     ref.reset(new CollBench(ctx, algo, bytes, refChannels, slice, false, "ref"));
     ref->spreadDevices(spread);
+    ref->testOldestOnly(ctx.opts.has("test-oldest"));
     ref->connect();
     ref->build();
     ctx.net.use(0);
