@@ -244,6 +244,7 @@ int postRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 int pollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   FakeRdma::Cq* c = F().cqOf(cq);
   if (c == nullptr) return -1;
+  ++F().polls_;
   int got = 0;
   while (got < n && !c->wcs.empty()) {
     wc[got++] = c->wcs.front();

@@ -87,6 +87,7 @@ class FakeRdma {
     auto it = posted_.find(qpn);
     return it == posted_.end() ? 0 : it->second;
   }
+  uint64_t polls() const { return polls_; }  // ibv_poll_cq calls, every CQ
   uint64_t signaledPosted(uint32_t qpn) const {
     auto it = signaledPosted_.find(qpn);
     return it == signaledPosted_.end() ? 0 : it->second;
@@ -153,6 +154,7 @@ class FakeRdma {
   uint32_t nextQpn_ = 0x100;
   uint32_t nextKey_ = 0x10;
   int lastErrorStatus_ = -1;
+  uint64_t polls_ = 0;
 
  private:
   bool canRun(const Qp& q) const;

@@ -56,6 +56,35 @@ class FifoEngine : public ::testing::Test {
   FakeRdma fake_;
 };
 
+// NCCL 2.28.9 net_ib.cc ncclIbTest: a request an earlier poll found complete is reported
+// without polling again. NCCL's proxy tests only each connection's oldest request, one per
+// pass, so a poll there is spent on every request and delays its next post.
+TEST_F(FifoEngine, ARequestAnEarlierPollCompletedIsReportedWithoutPolling) {
+  FifoPair p(fake_);
+  Request* r1 = postRecv(p, {1}, 4096);
+  Request* r2 = postRecv(p, {1}, 4096);
+  ASSERT_NE(r1, nullptr);
+  ASSERT_NE(r2, nullptr);
+  fake_.run();  // the FIFO writes land
+  Request* s1 = nullptr;
+  Request* s2 = nullptr;
+  ASSERT_EQ(isend(p, 4096, 1, 1, &s1), ncclSuccess);
+  ASSERT_EQ(isend(p, 4096, 1, 2, &s2), ncclSuccess);
+  ASSERT_NE(s1, nullptr);
+  ASSERT_NE(s2, nullptr);
+  fake_.run();  // both writes and their completions
+  ASSERT_TRUE(p.waitDone(r2));  // its poll takes r1's completion too
+  uint64_t polls = fake_.polls();
+  int done = 0;
+  size_t sizes[1] = {};
+  ASSERT_EQ(p.receiver()->test(r1, &done, sizes), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(sizes[0], 4096u);
+  EXPECT_EQ(fake_.polls(), polls) << "test() polled for a request already complete";
+  EXPECT_TRUE(p.waitDone(s1));
+  EXPECT_TRUE(p.waitDone(s2));
+}
+
 // Tags of one grouped receive, sends in reverse order: each lands in its own buffer.
 TEST_F(FifoEngine, GroupedSendsInReverseOrderLandInTheirBuffers) {
   FifoPair p(fake_);
