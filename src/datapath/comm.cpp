@@ -433,7 +433,7 @@ ncclResult_t Comm::test(Request* req, int* done, size_t* sizes) {
   // A request an earlier poll completed is reported without polling again, as NCCL's IB
   // transport does (2.28.9 ncclIbTest): NCCL's proxy tests only each connection's oldest
   // request, one per pass, so polling here delayed every pass's next post (sendrecv on the
-  // fabric: 0.86-0.93 of NCCL IB with it, 1.00-1.02 without; docs/figures.md).
+  // fabric: 0.86-0.93 of NCCL IB with it, 0.96-1.02 without; docs/figures.md).
   bool already = req->pending == 0 && req->kind != Request::Kind::Free;
   ncclResult_t r = already ? ncclSuccess : progress();
   if (req->pending == 0 && req->kind != Request::Kind::Free) {
