@@ -31,6 +31,20 @@ std::string addrList(const std::vector<HandleAddress>& addrs) {
 }
 }  // namespace
 
+uint64_t noteRelayedConnection(const std::string& target, const std::string& via) {
+  // One WARN per process: relayed pairs are slower than cabled ones, and a job that relays
+  // more than it must usually launched its ranks out of cable order.
+  static std::atomic<uint64_t> relayed{0};
+  uint64_t n = relayed.fetch_add(1) + 1;
+  if (n == 1) {
+    MESH_WARN("relay: connection to %s goes through %s (no cable to it): relayed connections are slower "
+              "than cabled ones; launching ranks in cable order (nccl-mesh-info --ring-order) keeps "
+              "NCCL's ring on cables. Further relayed connections are counted at INFO level",
+              target.c_str(), via.c_str());
+  }
+  return n;
+}
+
 RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup,
                                ConnOptions opts, RelayConnectSettings s)
     : hs_(hs),
@@ -99,23 +113,21 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
       }
       if (*out != nullptr) {
         leg_.reset();
-        // One WARN per process: relayed pairs are slower than cabled ones, and a job that
-        // relays more than it must usually launched its ranks out of cable order.
-        static std::atomic<uint64_t> relayed{0};
-        uint64_t n = relayed.fetch_add(1) + 1;
-        if (n == 1) {
-          MESH_WARN("relay: connection to %s goes through %s (no cable to it): relayed connections are slower "
-                    "than cabled ones; launching ranks in cable order (nccl-mesh-info --ring-order) keeps "
-                    "NCCL's ring on cables. Further relayed connections are counted at INFO level",
-                    addrList(target_.addrs).c_str(), via().c_str());
-        }
         // A leg of a two-relay connection says which: leg 1 is the way one relay would take
-        // (the route plan's, or the fallback rule's), leg 2 the other way as short.
+        // (the route plan's, or the fallback rule's), leg 2 the other way as short. The
+        // connection itself is counted (and the first one WARNed about) once both legs are
+        // up, naming both relays (TwinConnector::poll).
         const char* rule = candidates_[index_].planned ? "route plan" : "fallback rule";
-        std::string leg = opts_.twinLeg == 0 ? "" : "; leg " + std::to_string(opts_.twinLeg) + " of a two-relay connection";
-        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s%s; relayed connection %llu of this process)",
-                  addrList(target_.addrs).c_str(), via().c_str(), opts_.twinLeg == 2 ? "second way" : rule, leg.c_str(),
-                  static_cast<unsigned long long>(n));
+        if (opts_.twinLeg == 0) {
+          uint64_t n = noteRelayedConnection(addrList(target_.addrs), via());
+          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this "
+                    "process)", addrList(target_.addrs).c_str(), via().c_str(), rule,
+                    static_cast<unsigned long long>(n));
+        } else {
+          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; leg %d of a two-relay connection)",
+                    addrList(target_.addrs).c_str(), via().c_str(), opts_.twinLeg == 2 ? "second way" : rule,
+                    opts_.twinLeg);
+        }
       }
       return ncclSuccess;
     }

@@ -394,8 +394,10 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
     comm->countAs(stats::FlowKind::Relayed, peer, legs_[i]->viaAddr(), 0);
     comm->markOpen();
   }
-  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s goes through %s and %s (two relays)",
-            formatIpv4(peer).c_str(), legs_[0]->via().c_str(), legs_[1]->via().c_str());
+  std::string both = legs_[0]->via() + " and " + legs_[1]->via();
+  uint64_t n = noteRelayedConnection(formatIpv4(peer), both);
+  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s goes through %s (two relays), relayed connection %llu "
+            "of this process", formatIpv4(peer).c_str(), both.c_str(), static_cast<unsigned long long>(n));
   auto* first = static_cast<Comm*>(done_[0].get());
   std::unique_ptr<Comm> second(static_cast<Comm*>(done_[1].release()));
   new TwinComm(first, std::move(second));  // owned by `first` (Comm::twin(), closed with it)

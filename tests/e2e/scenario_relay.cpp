@@ -310,6 +310,39 @@ class RelayRound {
   Totals& totals_;
 };
 
+// The text between `open` and `close` in `text` ("" when either is missing).
+std::string between(const std::string& text, const std::string& open, const std::string& close) {
+  size_t a = text.find(open);
+  if (a == std::string::npos) return "";
+  a += open.size();
+  size_t b = text.find(close, a);
+  return b == std::string::npos ? "" : text.substr(a, b - a);
+}
+
+// The process's one "relayed connections are slower" WARN names what its first relayed
+// connection goes through: one relay, or both of a two-relay connection (its legs' own INFO
+// lines name one relay each and are not the connection). Returns what it named.
+std::string checkFirstRelayedWarn(Context& ctx, size_t mark) {
+  std::string warned, first;
+  int warns = 0;
+  for (const LogLine& l : ctx.net.logSince(mark)) {
+    if (l.text.find("relayed connections are slower") != std::string::npos) {
+      ++warns;
+      warned = between(l.text, " goes through ", " (no cable to it)");
+    } else if (first.empty() && l.text.find("(two relays)") != std::string::npos) {
+      first = between(l.text, " goes through ", " (two relays)");
+    } else if (first.empty() && l.text.find("relay: connected to ") != std::string::npos &&
+               l.text.find("of a two-relay connection") == std::string::npos) {
+      first = between(l.text, " via ", " (");
+    }
+  }
+  if (warns != 1 || warned.empty() || warned != first) {
+    fail("relay: %d 'relayed connections are slower' WARNs naming '%s'; the first relayed connection goes through "
+         "'%s' (expected one WARN naming it)", warns, warned.c_str(), first.c_str());
+  }
+  return warned;
+}
+
 // Every pair's comms at once, as NCCL opens them at init. On a ring or a line without the
 // relay, a pair without a cable fails here with the plugin's routing error; the hint says
 // which setting is missing.
@@ -434,6 +467,7 @@ std::string runRelay(Context& ctx) {
   size_t mark = ctx.net.logSize();
   CommTable table = connectAll(ctx, peers);
   double upSeconds = secondsSince(t0);
+  if (uncabled > 0) say("relay: the first relayed connection's WARN names %s", checkFirstRelayedWarn(ctx, mark).c_str());
   // --twins N (NCCL_MESH_RELAY_TWIN=1): N of this rank's relayed connections went over two
   // relays and N of its relayed receives were accepted as two legs (the plugin's INFO lines).
   if (ctx.opts.has("twins")) {

@@ -144,6 +144,11 @@ class RelayService {
   uint64_t relayedTotal_ = 0;
 };
 
+// Counts a relayed connection NCCL gets (one of one relay, or one over two relays) and
+// returns its number in this process. The first one also gets the process's one WARN, naming
+// `via` (one relay's address, or "A and B"); the count is for the INFO lines after it.
+uint64_t noteRelayedConnection(const std::string& target, const std::string& via);
+
 class RelayConnector {
  public:
   // `lookup` gives the candidate next hops, preferred first; while it has none (the route
