@@ -31,6 +31,24 @@ std::string addrList(const std::vector<HandleAddress>& addrs) {
 }
 }  // namespace
 
+uint32_t nodeAddress(const std::vector<HandleAddress>& handleAddrs) {
+  uint32_t lowest = 0;
+  for (const HandleAddress& a : handleAddrs) {
+    if (a.addr != 0 && (lowest == 0 || a.addr < lowest)) lowest = a.addr;
+  }
+  return lowest;
+}
+
+uint32_t nodeAddress(const std::vector<LocalNic>& nics) {
+  uint32_t lowest = 0;
+  for (const LocalNic& nic : nics) {
+    for (const LocalAddress& a : nic.addrs) {
+      if (a.ip.addr != 0 && (lowest == 0 || a.ip.addr < lowest)) lowest = a.ip.addr;
+    }
+  }
+  return lowest;
+}
+
 uint64_t noteRelayedConnection(const std::string& target, const std::string& via) {
   // One WARN per process: relayed pairs are slower than cabled ones, and a job that relays
   // more than it must usually launched its ranks out of cable order.
@@ -194,7 +212,10 @@ ncclResult_t RelayConnector::stepCandidate() {
       RelayMessage m;
       m.type = RelayType::Open;
       m.open.origin = settings_.origin != 0 ? settings_.origin : settings_.self;
-      m.open.originAddr = settings_.originAddr != 0 ? settings_.originAddr : local;
+      // Named by its node address (not `local`, the cable this leg leaves on), so the
+      // receiver's counters name this node as ours name it (nodeAddress).
+      uint32_t self = nodeAddress(nics_);
+      m.open.originAddr = settings_.originAddr != 0 ? settings_.originAddr : self != 0 ? self : local;
       m.open.twinLeg = opts_.twinLeg;
       m.open.visited = settings_.visited;
       m.open.request = request_;

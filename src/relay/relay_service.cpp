@@ -290,7 +290,7 @@ bool RelayService::stepSession(Session& s) {
       }
       // Live counters: both comms count into one forwarded flow (origin -> C); the leg
       // counts what arrived, the hop what went on; the leg counts the connection.
-      uint32_t dest = s.open.target.addrs.empty() ? fwd->peerAddr() : s.open.target.addrs[0].addr;
+      uint32_t dest = s.open.target.addrs.empty() ? fwd->peerAddr() : nodeAddress(s.open.target.addrs);
       leg->countAs(stats::FlowKind::Forwarded, dest, 0, s.open.originAddr);
       fwd->countAs(stats::FlowKind::Forwarded, dest, 0, s.open.originAddr);
       leg->markOpen();

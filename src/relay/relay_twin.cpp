@@ -375,7 +375,7 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
     ncclResult_t r = legs_[0]->poll(out);
     if (r == ncclSuccess && *out != nullptr) {
       auto* comm = static_cast<SendComm*>(out->get());
-      uint32_t peer = target_.addrs.empty() ? 0 : target_.addrs[0].addr;
+      uint32_t peer = nodeAddress(target_.addrs);
       comm->countAs(stats::FlowKind::Relayed, peer, legs_[0]->viaAddr(), 0);
     }
     return r;
@@ -388,7 +388,7 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
     }
   }
   if (done_[0] == nullptr || done_[1] == nullptr) return ncclSuccess;
-  uint32_t peer = target_.addrs.empty() ? 0 : target_.addrs[0].addr;
+  uint32_t peer = nodeAddress(target_.addrs);
   for (int i = 0; i < 2; ++i) {
     auto* comm = static_cast<SendComm*>(done_[i].get());
     comm->countAs(stats::FlowKind::Relayed, peer, legs_[i]->viaAddr(), 0);

@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -249,6 +251,25 @@ uint64_t jsonFlowBytes(const std::string& json, const std::string& kind, const s
   return sum;
 }
 
+// The addresses the flows of `kind` in --json output name nodes by: their "peer" and "from"
+// values, space-separated.
+std::string jsonFlowNames(const std::string& json, const std::string& kind) {
+  std::string names;
+  std::istringstream in(json);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\": \"" + kind + "\"") == std::string::npos) continue;
+    for (const char* field : {"\"peer\": \"", "\"from\": \""}) {
+      size_t at = line.find(field);
+      if (at == std::string::npos) continue;
+      at += strlen(field);
+      std::string name = line.substr(at, line.find('"', at) - at);
+      if (!name.empty()) names += (names.empty() ? "" : " ") + name;
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 // --relayed (a 4-node ring, NCCL_MESH_RELAY=auto): ranks 0 and 2, which no cable joins,
@@ -389,11 +410,28 @@ std::string runFunctions(Context& ctx) {
       }
     }
     ctx.rv->publish(format("functions-flow.%d", ctx.rank), std::to_string(mine));
+    ctx.rv->publish(format("functions-names.%d", ctx.rank),
+                    jsonFlowNames(json, ctx.rank % 2 == 0 ? "relayed" : "forwarded") + " ");
     if (ctx.rank == 0) {
       uint64_t relayedSent = 0, forwarded = 0;
+      std::map<int, std::set<std::string>> names;  // node -> every address a flow row names it by
       for (int r = 0; r < 4; ++r) {
         uint64_t v = std::stoull(ctx.rv->fetch(format("functions-flow.%d", r), ctx.deadline, "a rank's --json flow bytes"));
         (r % 2 == 0 ? relayedSent : forwarded) += v;
+        std::istringstream list(ctx.rv->fetch(format("functions-names.%d", r), ctx.deadline, "a rank's flow names"));
+        for (std::string a; list >> a;) names[labNodeOf(a)].insert(a);
+      }
+      // One node, one name: the sender's row, the receiver's and the relays' name each end
+      // alike, whichever cable a leg takes (nodeAddress in relay_service.h).
+      for (const auto& [node, addrs] : names) {
+        std::string all;
+        for (const std::string& a : addrs) all += " " + a;
+        watchTable += format(" node%d_named:%s", node, all.c_str());
+        if (node != 0 && node != 2) watchBad += format(" a relayed or forwarded flow names node %d (%s);", node, all.c_str());
+        if (addrs.size() != 1) {
+          watchBad += format(" the relayed and forwarded flows name node %d by %zu addresses (%s ), expected one;", node,
+                             addrs.size(), all.c_str());
+        }
       }
       watchTable += format(" relayed_sent=%llu forwarded=%llu", static_cast<unsigned long long>(relayedSent),
                            static_cast<unsigned long long>(forwarded));

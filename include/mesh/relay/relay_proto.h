@@ -30,8 +30,10 @@
 //     relayed connection; 1 or 2: a leg of a two-relay one, which the last relay's HELLO to C
 //     names; a relay that predates it refuses the OPEN, and A falls back to one relay) |
 //     reserved u8 |
-//     originAddr u32 (A's address towards its first relay, which the last relay names to C
-//     in its HELLO; 0: not said, a first relay then takes the OPEN's source address) |
+//     originAddr u32 (A's node address, nodeAddress() in relay_service.h: the lowest of its
+//     mesh addresses; the last relay names it to C in its HELLO; 0: not said, a first relay
+//     then takes the OPEN's source address. Before 2026-11-29 A sent its address towards its
+//     first relay: the field is a name for counters, not an address anyone connects to) |
 //     handle [128] (C's listen handle, as NCCL gave it to A: its address
 //     list, port and token) | nVisited × node u64 (relays already on the path, for loops)
 //   OPEN-REPLY (type 3), B → A over TCP:
@@ -107,7 +109,7 @@ const char* relayStatusName(RelayStatus s);
 
 struct RelayOpen {
   NodeId origin = 0;
-  uint32_t originAddr = 0;       // A's address on its first leg (0: not said)
+  uint32_t originAddr = 0;       // A's node address (0: not said)
   int twinLeg = 0;               // 1 or 2: a leg of a two-relay connection (C pairs them); else 0
   uint64_t request = 0;
   int hopBudget = 1;             // 1..kRelayMaxHopBudget

@@ -144,6 +144,13 @@ class RelayService {
   uint64_t relayedTotal_ = 0;
 };
 
+// The address a relayed connection's counters name a node by (the live counters: a sender's
+// `peer`, a receiver's and a relay's `from`, a relay's `peer`): the lowest address of its
+// listen handle, which is also the lowest of the node's mesh addresses it connects from. Both
+// ends and every relay then name one node alike, whichever cable a leg takes. 0: none.
+uint32_t nodeAddress(const std::vector<HandleAddress>& handleAddrs);
+uint32_t nodeAddress(const std::vector<LocalNic>& nics);
+
 // Counts a relayed connection NCCL gets (one of one relay, or one over two relays) and
 // returns its number in this process. The first one also gets the process's one WARN, naming
 // `via` (one relay's address, or "A and B"); the count is for the INFO lines after it.
