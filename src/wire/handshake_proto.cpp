@@ -96,10 +96,11 @@ size_t qpMessageSize(size_t links, size_t qpsPerLink) {
   return kHsHeaderSize + kHsBodyPrefixSize + links * kHsLinkSize + links * qpsPerLink * kHsQpSize;
 }
 
-// Header fields every message must satisfy; `in` holds at least kHsHeaderSize bytes.
+// Header fields every message must satisfy; `in` holds at least kHsHeaderSize bytes. On
+// success *out is the decoded header (its type known, its length within the limits).
 // Per-type length limits are checked here too, so the reader never buffers more than the
 // announced type can legitimately need.
-bool checkHeader(const uint8_t* in, HsType* type, uint32_t* length, std::string* error) {
+bool checkHeader(const uint8_t* in, MessageHeader* out, std::string* error) {
   MessageHeader h = getMessageHeader(in);
   if (h.magic != kHsMagic) {
     return fail(error, "bad magic " + hex(h.magic, 8) + ", not an nccl-mesh peer (expected " +
@@ -110,27 +111,28 @@ bool checkHeader(const uint8_t* in, HsType* type, uint32_t* length, std::string*
                            str(kHsVersion) + "; run the same nccl-mesh version on every node");
   }
   if (!knownType(h.type)) return fail(error, "unknown message type " + str(h.type));
-  *type = static_cast<HsType>(h.type);
-  *length = h.length;
-  if (*length < kHsHeaderSize) {
-    return fail(error, "length " + str(*length) + " is shorter than the " + str(kHsHeaderSize) +
+  HsType type = static_cast<HsType>(h.type);
+  uint32_t length = h.length;
+  if (length < kHsHeaderSize) {
+    return fail(error, "length " + str(length) + " is shorter than the " + str(kHsHeaderSize) +
                            "-byte header");
   }
-  if (*length > kHsMaxMessage) {
-    return fail(error, "length " + str(*length) + " exceeds " + str(kHsMaxMessage));
+  if (length > kHsMaxMessage) {
+    return fail(error, "length " + str(length) + " exceeds " + str(kHsMaxMessage));
   }
-  if (h.reserved != 0 && *type != HsType::Hello) {
-    return fail(error, "origin header field is " + hex(h.reserved, 1) + "; in " + typeName(*type) +
+  if (h.reserved != 0 && type != HsType::Hello) {
+    return fail(error, "origin header field is " + hex(h.reserved, 1) + "; in " + typeName(type) +
                            " it must be 0 (only a relay's HELLO names an origin)");
   }
-  if (*type == HsType::Ready && *length != kHsHeaderSize) {
-    return fail(error, "READY carries " + str(*length - kHsHeaderSize) +
+  if (type == HsType::Ready && length != kHsHeaderSize) {
+    return fail(error, "READY carries " + str(length - kHsHeaderSize) +
                            " body bytes, must be empty");
   }
-  if (*type == HsType::Reject && *length > kMaxRejectMessage) {
-    return fail(error, "REJECT reason of " + str(*length - kHsHeaderSize) + " bytes exceeds " +
+  if (type == HsType::Reject && length > kMaxRejectMessage) {
+    return fail(error, "REJECT reason of " + str(length - kHsHeaderSize) + " bytes exceeds " +
                            str(kHsMaxReason));
   }
+  *out = h;
   return true;
 }
 
@@ -357,10 +359,9 @@ bool encodeHandshake(const HsMessage& msg, std::vector<uint8_t>* out, std::strin
 
 long handshakeLength(const uint8_t* in, size_t len, std::string* error) {
   if (in == nullptr || len < kHsHeaderSize) return 0;
-  HsType type;
-  uint32_t length = 0;
-  if (!checkHeader(in, &type, &length, error)) return -1;
-  return static_cast<long>(length);
+  MessageHeader h;
+  if (!checkHeader(in, &h, error)) return -1;
+  return static_cast<long>(h.length);
 }
 
 bool parseHandshake(const uint8_t* in, size_t len, HsMessage* out, std::string* error) {
@@ -368,14 +369,15 @@ bool parseHandshake(const uint8_t* in, size_t len, HsMessage* out, std::string* 
   if (len < kHsHeaderSize) {
     return fail(error, "truncated header: " + str(len) + " bytes of " + str(kHsHeaderSize));
   }
-  HsMessage msg;
-  uint32_t length = 0;
-  if (!checkHeader(in, &msg.type, &length, error)) return false;
-  if (length != len) {
-    return fail(error, "header says " + str(length) + " bytes, the message has " + str(len));
+  MessageHeader h;
+  if (!checkHeader(in, &h, error)) return false;
+  if (h.length != len) {
+    return fail(error, "header says " + str(h.length) + " bytes, the message has " + str(len));
   }
+  HsMessage msg;
+  msg.type = static_cast<HsType>(h.type);
   msg.token = getLe(in + kOffToken, 8);
-  msg.originAddr = getMessageHeader(in).reserved;
+  msg.originAddr = h.reserved;  // the origin field (0 but in a relay's HELLO)
   if (carriesQps(msg.type)) {
     if (!parseQpBody(in, len, &msg, error)) return false;
   } else if (msg.type == HsType::Reject) {
