@@ -81,13 +81,7 @@ void* postGroup(Context& ctx, void* comm, const Region& r, int first, const std:
     t[i] = tags[i];
     mh[i] = r.mh;
   }
-  Deadline by(30, "posting " + label);
-  for (;;) {
-    void* req = tryRecv(ctx, comm, n, data, sizes, t, mh, label);
-    if (req != nullptr) return req;
-    if (by.expired()) fail("%s: irecv kept returning a NULL request for 30 s", label.c_str());
-    pollPause(1000);
-  }
+  return postRecvGroup(ctx, comm, n, data, sizes, t, mh, label);
 }
 
 void expectGroup(const Region& r, int first, const std::vector<size_t>& got, const std::vector<size_t>& sizes,

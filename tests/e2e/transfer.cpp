@@ -426,19 +426,24 @@ void exchangeSmall(Context& ctx, int peer, void* sendComm, void* recvComm, uint6
 }
 
 // Posts one receive of `size` bytes, retrying while irecv returns a NULL request (30 s).
+void* postRecvGroup(Context& ctx, void* comm, int n, void** data, size_t* sizes, int* tags, void** mhs,
+                    const std::string& label) {
+  void* req = nullptr;
+  Deadline postBy(30, "posting the irecv");
+  while (req == nullptr) {
+    ctx.net.check(ctx.net->irecv(comm, n, data, sizes, tags, mhs, &req), "irecv", label);
+    if (req == nullptr && postBy.expired()) fail("%s: irecv kept returning a NULL request for 30 s", label.c_str());
+    if (req == nullptr) pollPause(1000);
+  }
+  return req;
+}
+
 void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label) {
   void* datas[1] = {data};
   size_t sizes[1] = {size};
   int tags[1] = {tag};
   void* mhs[1] = {mh};
-  void* req = nullptr;
-  Deadline postBy(30, "posting the irecv");
-  while (req == nullptr) {
-    ctx.net.check(ctx.net->irecv(comm, 1, datas, sizes, tags, mhs, &req), "irecv", label);
-    if (req == nullptr && postBy.expired()) fail("%s: irecv kept returning a NULL request for 30 s", label.c_str());
-    if (req == nullptr) pollPause(1000);
-  }
-  return req;
+  return postRecvGroup(ctx, comm, 1, datas, sizes, tags, mhs, label);
 }
 
 // The same for one send (isend is NULL until the peer's receive is posted).

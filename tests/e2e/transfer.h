@@ -169,6 +169,9 @@ std::string checkFill(const void* data, size_t size, uint8_t value);
 // plugin returns a NULL request ("not yet"), for at most 30 s; errors are thrown with
 // `label`. postSend needs the peer's receive to be posted.
 void* postRecv(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label);
+// The same for a grouped receive of n buffers.
+void* postRecvGroup(Context& ctx, void* comm, int n, void** data, size_t* sizes, int* tags, void** mhs,
+                    const std::string& label);
 void* postSend(Context& ctx, void* comm, void* data, size_t size, int tag, void* mh, const std::string& label);
 
 // test() on `req` (n buffers) until done, 200 us between calls; returns the sizes. An error
