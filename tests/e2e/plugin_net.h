@@ -67,6 +67,9 @@ class PluginNet {
   void addNcclIb(const std::string& lib, int trafficClass);
   void use(int slot);
   bool hasSecond() const { return libs_[1] != nullptr; }
+  // The current transport is NCCL's IB transport (the reference), not the plugin: checks of
+  // the plugin's own log lines do not apply to it.
+  bool isNcclIb() const { return ncclIb_[cur_]; }
   // finalize (v11/v12: ends init's context), then dlclose; checks nothing outlives the
   // library (the caller's process keeps running).
   void unload();

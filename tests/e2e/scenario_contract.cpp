@@ -250,6 +250,9 @@ std::string oversize(Link& l) {
     if (got[0] != kPosted) fail("oversize: the send's test() reported %zu bytes, expected the posted %zu", got[0], kPosted);
   }
   if (!l.sender) return "oversize=ok";
+  // NCCL IB truncates without a word (2.28 net_ib.cc ncclIbIsend: size = slots[r].size); the
+  // plugin says so once per comm, which is its own choice, not NCCL's contract.
+  if (l.ctx.net.isNcclIb()) return "oversize=ok truncation_warns=-";
   int warns = 0;
   std::string text;
   for (const LogLine& line : l.ctx.net.logSince(mark)) {
@@ -277,7 +280,10 @@ std::string twoHundredFiftySix(Link& l) {
     int t[8];
     void* mh[8];
     for (int i = 0; i < 8; ++i) data[i] = small.at(8 * kGroups + i), sizes[i] = kSize, t[i] = i, mh[i] = small.mh;
-    for (int i = 0; i < 20; ++i) {
+    // Beyond NCCL's contract (NCCL_NET_MAX_REQUESTS receives per comm, plugins/net/README.md):
+    // the plugin answers "not now"; NCCL IB keeps 256 receive requests and FIFO slots per comm
+    // (2.28 net_ib.cc MAX_REQUESTS = NCCL_NET_MAX_REQUESTS * NCCL_NET_IB_MAX_RECVS) and takes it.
+    for (int i = 0; i < 20 && !l.ctx.net.isNcclIb(); ++i) {
       if (tryRecv(l.ctx, l.comm, 8, data, sizes, t, mh, "256: the 33rd irecv") != nullptr) {
         fail("256: a 33rd grouped receive was accepted with 32 in flight");
       }
@@ -309,12 +315,13 @@ std::string twoHundredFiftySix(Link& l) {
     for (void* r : reqs) waitDone(l.ctx, r, 1, "256: isend");
   }
   deregHost(l.ctx, l.comm, small.mh, "256: buffers");
-  return "outstanding=256 next_is_null=yes";
+  return l.ctx.net.isNcclIb() ? "outstanding=256 next_send_is_null=yes" : "outstanding=256 next_is_null=yes";
 }
 
 // With a class set anywhere, every connection line of this rank reports the class NCCL's
 // precedence picks (NCCL_MESH_IB_TC, else the communicator's): the receiver's too.
 std::string checkTrafficClass(Context& ctx, size_t mark) {
+  if (ctx.net.isNcclIb()) return "tc=- (NCCL IB logs no connection line)";
   const char* env = getenv("NCCL_MESH_IB_TC");
   int want = env != nullptr && *env != '\0' ? atoi(env) : (ctx.trafficClass >= 0 ? ctx.trafficClass : 0);
   int lines = 0;
