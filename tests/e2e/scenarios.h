@@ -99,13 +99,15 @@ struct RouteReport {
   std::map<int, std::map<std::string, int>> netdevs;     // peer rank -> local netdev -> lines
   std::map<int, std::set<std::string>> ports;            // peer rank -> "dev:port"
   std::map<int, int> mtu;                                // peer rank -> last MTU seen
+  bool ncclIb = false;                                   // NCCL IB ran, not the plugin: no lines
   std::string describe() const;                          // "peer1: p1 x16 ..."
 };
 // Checks every conn line logged since `mark`: its peer address is a lab node in `peers`,
 // its local netdev is cabled to that node (p<j>, p<j>b, ...), its local address is on the
 // peer's link subnet. Throws Failure naming the first offending line.
 RouteReport checkRouting(Context& ctx, size_t mark, const std::set<int>& peers);
-// Requires at least `perDirection` send and recv conn lines for each peer.
+// Requires at least `perDirection` send and recv conn lines for each peer (the plugin's own
+// lines: nothing is required of NCCL IB, which logs none).
 void requireConnLines(const RouteReport& r, const std::set<int>& peers, int perDirection);
 
 // --- the relay -------------------------------------------------------------------------------
