@@ -63,10 +63,12 @@ bytes=$(du -sb "$LEASE" | cut -f1)
 # which NCCL IB does not pay); alternating plugin / NCCL IB runs give the spread. Call 1 is
 # issue 33's open figure (NCCL's send/receive, one cable and a Spark cable, since the test()
 # fix), then the plugin beside NCCL IB without a GPU on 16 cores (bench-fabric, run directly:
-# --cap would cut it); call 2 the collectives and the relayed Spark 4-ring with today's defaults.
+# --cap would cut it); call 2 the Spark p2p with the one device at both functions' speed (NCCL
+# then builds channels as for NCCL IB's two devices), the collectives and the relayed Spark
+# 4-ring with today's defaults.
 CALL1_ONLY="pair-p2p,pair-p2p-ib,spark-p2p,spark-p2p-ib,pair-p2p,pair-p2p-ib,spark-p2p,spark-p2p-ib,\
 pair-p2p,pair-p2p-ib,spark-p2p-port,spark-p2p-ib"
-CALL2_ONLY="pair-plugin,pair-ib,ring4-spark-tree,ring4-spark-tree-twin,ring4-spark-a2a,ring4-spark-a2a-twin,\
+CALL2_ONLY="spark-p2p-speed,spark-p2p-ib,pair-plugin,pair-ib,ring4-spark-tree,ring4-spark-tree-twin,ring4-spark-a2a,ring4-spark-a2a-twin,\
 pair-spark-plugin,pair-spark-ib,relay-bench-twin"
 cat >"$LEASE/plan.sh" <<EOF
 #!/usr/bin/env bash

@@ -55,11 +55,14 @@
 #   relay-bench     no NCCL, one relay: tests/e2e's relay-bench on the 4-ring (rank 0 -> 1 direct, 0 -> 2
 #                   relayed, 0 -> 1 with 1 -> 2 at once), 1 GiB per stream, best of 3; on a
 #                   16-core machine the emulated NICs do not share two cores (issue 15's ratio)
-#   pair-p2p, pair-p2p-ib, spark-p2p, spark-p2p-port, spark-p2p-ib
+#   pair-p2p, pair-p2p-ib, spark-p2p, spark-p2p-port, spark-p2p-speed, spark-p2p-ib
 #                   the p2p gap (docs/gpu-machine.md): sendrecv and alltoall only, 32 .. 256 MiB,
 #                   on one cable and on a Spark cable, in the default mode (one NCCL device of
-#                   two functions: the Spark sendrecv's 0.70) and with NCCL_MESH_DEVICES=port
-#                   (each function its own NCCL device, as NCCL IB has them); -ib: NCCL IB
+#                   two functions: the Spark sendrecv's 0.70), with NCCL_MESH_DEVICES=port
+#                   (each function its own NCCL device, as NCCL IB has them) and with
+#                   NCCL_MESH_SPEED=400000 (the default mode's one device at both functions'
+#                   speed, as NCCL IB adds up its two: does NCCL's channel count explain the
+#                   gap?); -ib: NCCL IB
 #   relay-bench-twin
 #                   relay-bench with NCCL_MESH_RELAY_TWIN=1 (the relayed stream over both relays)
 #   vs-nccl-ib      no GPU: the plugin beside NCCL's own IB transport out of PyTorch's (or this
@@ -129,7 +132,7 @@ RELAY_BENCH_BYTES=${RELAY_BENCH_BYTES:-1G}
 ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-refcount tri-channels ring4-ring ring4-default ring4-ib
                ring4-relay ring4-spark-relay ring4-relay-twin ring4-spark-twin ring4-spark-tree ring4-spark-tree-twin
                ring4-spark-a2a ring4-spark-a2a-twin line4-relay pair-spark-plugin pair-spark-ib pair-spark-nosplit
-               pair-spark-port pair-p2p pair-p2p-ib spark-p2p spark-p2p-port spark-p2p-ib
+               pair-spark-port pair-p2p pair-p2p-ib spark-p2p spark-p2p-port spark-p2p-speed spark-p2p-ib
                relay-bench relay-bench-twin vs-nccl-ib pair-p2p-trace fix-pair fix-tri fix-ring4-relay fix-ring4-twin)
 
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -373,11 +376,12 @@ run_named() {
         "${perf[@]}" -- --colls "$colls" --min-bytes "$lo" --max-bytes "$max" --factor 4 ;;
     pair-spark-port) run_scenario pair-spark-port 2 full+fn2 900 pass "${mesh[@]}" --env NCCL_MESH_DEVICES=port -- \
       --colls all_reduce,all_gather,sendrecv "${sizes[@]}" ;;
-    pair-p2p|pair-p2p-ib|spark-p2p|spark-p2p-port|spark-p2p-ib)
+    pair-p2p|pair-p2p-ib|spark-p2p|spark-p2p-port|spark-p2p-speed|spark-p2p-ib)
       local how=("${mesh[@]}") topo=full p2p=(--colls sendrecv,alltoall --min-bytes 32M --max-bytes 256M --factor 2)
       [ "$QUICK" -eq 1 ] && p2p=(--colls sendrecv,alltoall --min-bytes "$max" --max-bytes "$max")
       case "$1" in spark-*) topo=full+fn2 ;; esac
       [ "$1" = spark-p2p-port ] && how+=(--env NCCL_MESH_DEVICES=port)
+      [ "$1" = spark-p2p-speed ] && how+=(--env NCCL_MESH_SPEED=400000)
       case "$1" in *-ib) how=("${ib[@]}") ;; esac
       run_scenario "$1" 2 "$topo" 300 pass "${how[@]}" -- "${p2p[@]}" ;;
     relay-bench) run_relay_bench relay-bench NCCL_MESH_RELAY_TWIN=0 ;;  # no NCCL and no GPU: the same under --rehearse
