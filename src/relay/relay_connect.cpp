@@ -114,6 +114,11 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
     if (state_ == State::Failed) {
       std::string all;
       for (const std::string& t : tried_) all += "; " + t;
+      if (forwarding()) {  // another node's connection: the relay service answers its OPEN
+        MESH_INFO(NCCL_NET, "relay: no next relay took the hop to %s for a connection this node relays%s",
+                  addrList(target_.addrs).c_str(), all.c_str());
+        return ncclSystemError;
+      }
       if (opts_.twinLeg != 0) {  // the two-relay connect falls back to one relay (relay_twin.h)
         MESH_INFO(NCCL_INIT | NCCL_NET, "relay: leg %d of a two-relay connection to %s did not come up%s", opts_.twinLeg,
                   addrList(target_.addrs).c_str(), all.c_str());
@@ -136,7 +141,12 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
         // connection itself is counted (and the first one WARNed about) once both legs are
         // up, naming both relays (TwinConnector::poll).
         const char* rule = candidates_[index_].planned ? "route plan" : "fallback rule";
-        if (opts_.twinLeg == 0) {
+        if (forwarding()) {
+          // A hop of another node's connection (a path of several relays), not a connection
+          // of this process: neither counted nor WARNed about here (its sender does both).
+          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: next hop to %s via %s (%s) for a connection this node relays",
+                    addrList(target_.addrs).c_str(), via().c_str(), rule);
+        } else if (opts_.twinLeg == 0) {
           uint64_t n = noteRelayedConnection(addrList(target_.addrs), via());
           MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this "
                     "process)", addrList(target_.addrs).c_str(), via().c_str(), rule,

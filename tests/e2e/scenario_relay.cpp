@@ -321,20 +321,29 @@ std::string between(const std::string& text, const std::string& open, const std:
 
 // The process's one "relayed connections are slower" WARN names what its first relayed
 // connection goes through: one relay, or both of a two-relay connection (its legs' own INFO
-// lines name one relay each and are not the connection). Returns what it named.
-std::string checkFirstRelayedWarn(Context& ctx, size_t mark) {
+// lines name one relay each and are not the connection). The first is the one the plugin
+// numbered 1 ("relayed connection 1 of this process"), not the first such line: two threads
+// may log in either order. And this process counts only its own connections (`own`: one per
+// peer without a cable): a relay that forwards another node's connection through a further
+// relay (a path of several relays) logs that hop apart. Returns what the WARN named.
+std::string checkFirstRelayedWarn(Context& ctx, size_t mark, int own) {
   std::string warned, first;
-  int warns = 0;
+  int warns = 0, counted = 0;
   for (const LogLine& l : ctx.net.logSince(mark)) {
-    if (l.text.find("relayed connections are slower") != std::string::npos) {
+    const std::string& t = l.text;
+    if (t.find("relayed connections are slower") != std::string::npos) {
       ++warns;
-      warned = between(l.text, " goes through ", " (no cable to it)");
-    } else if (first.empty() && l.text.find("(two relays)") != std::string::npos) {
-      first = between(l.text, " goes through ", " (two relays)");
-    } else if (first.empty() && l.text.find("relay: connected to ") != std::string::npos &&
-               l.text.find("of a two-relay connection") == std::string::npos) {
-      first = between(l.text, " via ", " (");
+      warned = between(t, " goes through ", " (no cable to it)");
     }
+    if (t.find(" of this process") == std::string::npos || t.find("relayed connection ") == std::string::npos) continue;
+    ++counted;
+    if (t.find("relayed connection 1 of this process") == std::string::npos) continue;
+    first = t.find("(two relays)") != std::string::npos ? between(t, " goes through ", " (two relays)")
+                                                         : between(t, " via ", " (");
+  }
+  if (counted != own) {
+    fail("relay: %d relayed connections counted by this process for its %d connects without a cable (a relay's hop "
+         "for another node's connection counted as this process's?)", counted, own);
   }
   if (warns != 1 || warned.empty() || warned != first) {
     fail("relay: %d 'relayed connections are slower' WARNs naming '%s'; the first relayed connection goes through "
@@ -467,7 +476,7 @@ std::string runRelay(Context& ctx) {
   size_t mark = ctx.net.logSize();
   CommTable table = connectAll(ctx, peers);
   double upSeconds = secondsSince(t0);
-  if (uncabled > 0) say("relay: the first relayed connection's WARN names %s", checkFirstRelayedWarn(ctx, mark).c_str());
+  if (uncabled > 0) say("relay: the first relayed connection's WARN names %s", checkFirstRelayedWarn(ctx, mark, uncabled).c_str());
   // --twins N (NCCL_MESH_RELAY_TWIN=1): N of this rank's relayed connections went over two
   // relays and N of its relayed receives were accepted as two legs (the plugin's INFO lines).
   if (ctx.opts.has("twins")) {

@@ -177,6 +177,9 @@ class RelayConnector {
 
  private:
   enum class State { Start, Connecting, Sending, Reading, Leg, Failed };
+  // A relay service's next hop for another node's OPEN (settings.origin set), not a
+  // connection of this process's own.
+  bool forwarding() const { return settings_.origin != 0; }
   void nextCandidate(const std::string& why);
   ncclResult_t stepCandidate();
 
