@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -49,20 +48,6 @@ uint32_t nodeAddress(const std::vector<LocalNic>& nics) {
   return lowest;
 }
 
-uint64_t noteRelayedConnection(const std::string& target, const std::string& via) {
-  // One WARN per process: relayed pairs are slower than cabled ones, and a job that relays
-  // more than it must usually launched its ranks out of cable order.
-  static std::atomic<uint64_t> relayed{0};
-  uint64_t n = relayed.fetch_add(1) + 1;
-  if (n == 1) {
-    MESH_WARN("relay: connection to %s goes through %s (no cable to it): relayed connections are slower "
-              "than cabled ones; launching ranks in cable order (nccl-mesh-info --ring-order) keeps "
-              "NCCL's ring on cables. Further relayed connections are counted at INFO level",
-              target.c_str(), via.c_str());
-  }
-  return n;
-}
-
 RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup,
                                ConnOptions opts, RelayConnectSettings s)
     : hs_(hs),
@@ -85,6 +70,19 @@ RelayConnector::~RelayConnector() {
 
 std::string RelayConnector::via() const {
   return index_ < candidates_.size() ? formatIpv4(candidates_[index_].route.nextHopAddr) : std::string("?");
+}
+
+std::string RelayConnector::rule() const {
+  if (index_ >= candidates_.size()) return "?";
+  return candidates_[index_].planned ? "route plan" : "fallback rule";
+}
+
+std::string RelayConnector::targetText() const { return addrList(target_.addrs); }
+
+std::string RelayConnector::tried() const {
+  std::string all;
+  for (const std::string& t : tried_) all += "; " + t;
+  return all;
 }
 
 uint32_t RelayConnector::viaAddr() const {
@@ -111,52 +109,14 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
     State before = state_;
     size_t candidate = index_;
     MESH_CHECK(stepCandidate());
-    if (state_ == State::Failed) {
-      std::string all;
-      for (const std::string& t : tried_) all += "; " + t;
-      if (forwarding()) {  // another node's connection: the relay service answers its OPEN
-        MESH_INFO(NCCL_NET, "relay: no next relay took the hop to %s for a connection this node relays%s",
-                  addrList(target_.addrs).c_str(), all.c_str());
-        return ncclSystemError;
-      }
-      if (opts_.twinLeg != 0) {  // the two-relay connect falls back to one relay (relay_twin.h)
-        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: leg %d of a two-relay connection to %s did not come up%s", opts_.twinLeg,
-                  addrList(target_.addrs).c_str(), all.c_str());
-        return ncclSystemError;
-      }
-      MESH_WARN("connect to %s: no cable to it, and no relay took the connection%s%s", addrList(target_.addrs).c_str(),
-                "", all.c_str());
-      return ncclSystemError;
-    }
+    if (state_ == State::Failed) return ncclSystemError;  // the caller logs tried()
     if (state_ == State::Leg) {
       ncclResult_t r = hs_->pollConnect(leg_.get(), out);
       if (r != ncclSuccess) {
         nextCandidate("the leg's handshake failed (see above)");
         continue;
       }
-      if (*out != nullptr) {
-        leg_.reset();
-        // A leg of a two-relay connection says which: leg 1 is the way one relay would take
-        // (the route plan's, or the fallback rule's), leg 2 the other way as short. The
-        // connection itself is counted (and the first one WARNed about) once both legs are
-        // up, naming both relays (TwinConnector::poll).
-        const char* rule = candidates_[index_].planned ? "route plan" : "fallback rule";
-        if (forwarding()) {
-          // A hop of another node's connection (a path of several relays), not a connection
-          // of this process: neither counted nor WARNed about here (its sender does both).
-          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: next hop to %s via %s (%s) for a connection this node relays",
-                    addrList(target_.addrs).c_str(), via().c_str(), rule);
-        } else if (opts_.twinLeg == 0) {
-          uint64_t n = noteRelayedConnection(addrList(target_.addrs), via());
-          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this "
-                    "process)", addrList(target_.addrs).c_str(), via().c_str(), rule,
-                    static_cast<unsigned long long>(n));
-        } else {
-          MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; leg %d of a two-relay connection)",
-                    addrList(target_.addrs).c_str(), via().c_str(), opts_.twinLeg == 2 ? "second way" : rule,
-                    opts_.twinLeg);
-        }
-      }
+      if (*out != nullptr) leg_.reset();
       return ncclSuccess;
     }
     if (state_ == before && index_ == candidate) return ncclSuccess;  // waiting on the network

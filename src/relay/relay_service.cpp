@@ -254,11 +254,20 @@ bool RelayService::stepSession(Session& s) {
     case Session::State::Connecting: {
       ncclResult_t r = s.onward != nullptr ? s.onward->poll(&s.fwd) : hs_->pollConnect(s.toC.get(), &s.fwd);
       if (r != ncclSuccess) {
+        if (s.onward != nullptr) {
+          MESH_INFO(NCCL_NET, "relay: no next relay took the hop to %s for a connection this node relays%s",
+                    s.target.c_str(), s.onward->tried().c_str());
+        }
         return end(RelayStatus::PeerRefused, std::string(s.onward != nullptr ? "no next relay took it"
                                                                               : "the target refused or did not answer") +
                                                  " (see the relay's log)");
       }
       if (s.fwd == nullptr) return true;
+      if (s.onward != nullptr) {
+        // Not a connection of this process (its first node counts it and WARNs): INFO only.
+        MESH_INFO(NCCL_INIT | NCCL_NET, "relay: next hop to %s via %s (%s) for a connection this node relays",
+                  s.target.c_str(), s.onward->via().c_str(), s.onward->rule().c_str());
+      }
       s.toC.reset();
       s.onward.reset();
       Handle leg;

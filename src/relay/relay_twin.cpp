@@ -3,6 +3,7 @@
 #include "mesh/relay/relay_twin.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -299,6 +300,27 @@ void discardComm(Handshaker* hs, std::unique_ptr<PreparedConn> conn) {
   if (hs != nullptr) hs->closeControl(c->control);
 }
 
+namespace {
+// Counts a relayed connection NCCL gets (one of one relay, or one over two relays) and
+// returns its number in this process. The first one also gets the process's one WARN, naming
+// `via` (one relay's address, or "A and B"); the count is for the INFO lines after it. Only
+// TwinConnector calls it: every relayed connect of this process's own goes through one, and
+// a hop a relay forwards for another node is not this process's connection.
+uint64_t noteRelayedConnection(const std::string& target, const std::string& via) {
+  // One WARN per process: relayed pairs are slower than cabled ones, and a job that relays
+  // more than it must usually launched its ranks out of cable order.
+  static std::atomic<uint64_t> relayed{0};
+  uint64_t n = relayed.fetch_add(1) + 1;
+  if (n == 1) {
+    MESH_WARN("relay: connection to %s goes through %s (no cable to it): relayed connections are slower "
+              "than cabled ones; launching ranks in cable order (nccl-mesh-info --ring-order) keeps "
+              "NCCL's ring on cables. Further relayed connections are counted at INFO level",
+              target.c_str(), via.c_str());
+  }
+  return n;
+}
+}  // namespace
+
 TwinConnector::TwinConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, RelayConnector::Lookup lookup,
                              ConnOptions opts, RelayConnectSettings s, bool twinAllowed)
     : hs_(hs),
@@ -372,19 +394,37 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
     }
   }
   if (state_ == State::Single) {
-    ncclResult_t r = legs_[0]->poll(out);
-    if (r == ncclSuccess && *out != nullptr) {
+    const RelayConnector& c = *legs_[0];
+    if (legs_[0]->poll(out) != ncclSuccess) {
+      MESH_WARN("connect to %s: no cable to it, and no relay took the connection%s", c.targetText().c_str(),
+                c.tried().c_str());
+      return ncclSystemError;
+    }
+    if (*out != nullptr) {
       auto* comm = static_cast<SendComm*>(out->get());
       uint32_t peer = nodeAddress(target_.addrs);
-      comm->countAs(stats::FlowKind::Relayed, peer, legs_[0]->viaAddr(), 0);
+      comm->countAs(stats::FlowKind::Relayed, peer, c.viaAddr(), 0);
+      uint64_t n = noteRelayedConnection(c.targetText(), c.via());
+      MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this process)",
+                c.targetText().c_str(), c.via().c_str(), c.rule().c_str(), static_cast<unsigned long long>(n));
     }
-    return r;
+    return ncclSuccess;
   }
   for (int i = 0; i < 2; ++i) {
     if (done_[i] != nullptr) continue;
+    const RelayConnector& c = *legs_[i];
     if (legs_[i]->poll(&done_[i]) != ncclSuccess) {
-      single("leg " + std::to_string(i + 1) + " (via " + legs_[i]->via() + ") did not come up");
+      MESH_INFO(NCCL_INIT | NCCL_NET, "relay: leg %d of a two-relay connection to %s did not come up%s", i + 1,
+                c.targetText().c_str(), c.tried().c_str());
+      single("leg " + std::to_string(i + 1) + " (via " + c.via() + ") did not come up");
       return ncclSuccess;
+    }
+    // Leg 1 is the way one relay would take (the route plan's, or the fallback rule's), leg 2
+    // the other way as short. The connection is counted (and the first one WARNed about)
+    // once both legs are up, naming both relays (below).
+    if (done_[i] != nullptr) {
+      MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; leg %d of a two-relay connection)",
+                c.targetText().c_str(), c.via().c_str(), i == 1 ? "second way" : c.rule().c_str(), i + 1);
     }
   }
   if (done_[0] == nullptr || done_[1] == nullptr) return ncclSuccess;

@@ -17,7 +17,9 @@
 // RelayConnector (A's side of one connect with no shared subnet): driven from NCCL's
 // connect() calls, never blocking: asks each candidate next hop in turn (preferred first,
 // from the route table) over TCP, then connects to the leg handle of the first that says
-// yes. Errors from every candidate are collected into one WARN naming the path.
+// yes. Errors from every candidate are collected for its owner's one log line naming the
+// path (TwinConnector for a connection of this process, the relay service for a hop it
+// forwards).
 //
 // Lifetime: the service is created by Plugin::init and stopped (thread joined, links
 // closed) by Plugin::shutdown. A node that served a relayed connection pins the library
@@ -151,11 +153,6 @@ class RelayService {
 uint32_t nodeAddress(const std::vector<HandleAddress>& handleAddrs);
 uint32_t nodeAddress(const std::vector<LocalNic>& nics);
 
-// Counts a relayed connection NCCL gets (one of one relay, or one over two relays) and
-// returns its number in this process. The first one also gets the process's one WARN, naming
-// `via` (one relay's address, or "A and B"); the count is for the INFO lines after it.
-uint64_t noteRelayedConnection(const std::string& target, const std::string& via);
-
 class RelayConnector {
  public:
   // `lookup` gives the candidate next hops, preferred first; while it has none (the route
@@ -166,20 +163,26 @@ class RelayConnector {
   RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle target, Lookup lookup, ConnOptions opts,
                  RelayConnectSettings s);
   ~RelayConnector();
-  // nullptr while pending; the SendComm (towards the relay) when done; an error, with a WARN
-  // naming every path tried, when no candidate relayed.
+  // nullptr while pending; the SendComm (towards the relay) when done; an error when no
+  // candidate relayed. It logs neither: what the connection is (one of this process's own, a
+  // leg of a two-relay one, a hop a relay forwards for another node) is its owner's to say
+  // (TwinConnector, the relay service), from the accessors below.
   ncclResult_t poll(std::unique_ptr<PreparedConn>* out);
   // What the connection goes through, for the log: "198.18.0.2".
   std::string via() const;
+  // Why that relay: "route plan" or "fallback rule" (the candidate's source).
+  std::string rule() const;
+  // The target's addresses, for the log: "198.18.0.9,198.18.1.9".
+  std::string targetText() const;
+  // Every path tried and why it failed, for the failure's log line: "; via A: why; via B: why"
+  // ("" when none was).
+  std::string tried() const;
   // The address of the relay the connection goes through (0 before one answered).
   uint32_t viaAddr() const;
   const Handle& target() const { return target_; }
 
  private:
   enum class State { Start, Connecting, Sending, Reading, Leg, Failed };
-  // A relay service's next hop for another node's OPEN (settings.origin set), not a
-  // connection of this process's own.
-  bool forwarding() const { return settings_.origin != 0; }
   void nextCandidate(const std::string& why);
   ncclResult_t stepCandidate();
 
