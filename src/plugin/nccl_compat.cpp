@@ -50,6 +50,14 @@ int ncclAbiTaken(const NcclVersion& v) {
   return 0;
 }
 
+std::string ncclUnreadNote(const NcclVersion& v) {
+  if (!v.known() || !v.atLeast(kNcclNewestReadMajor, kNcclNewestReadMinor + 1)) return "";
+  return strf("NCCL %d.%d is newer than %d.%d, the newest release whose plugin loader this build was checked "
+              "against: its ABI order is taken to be %d.%d's",
+              v.major, v.minor, kNcclNewestReadMajor, kNcclNewestReadMinor, kNcclNewestReadMajor,
+              kNcclNewestReadMinor);
+}
+
 std::string abiListText(const std::vector<int>& abis) {
   std::string out;
   for (int abi : abis) out += (out.empty() ? "v" : ", v") + std::to_string(abi);
@@ -101,6 +109,8 @@ std::string describeLoader(const NcclVersion& fromGetVersion, const std::string&
       text += strf(" (that NCCL itself takes v%d: a shim or another program entered through the older table)",
                    expected);
     }
+    std::string unread = ncclUnreadNote(fromGetVersion);
+    if (!unread.empty()) text += " (" + unread + ")";
     return text;
   }
   if (abiEntered <= 0) return "loaded by an unknown NCCL (no ncclGetVersion in the process; no ABI entry yet)";

@@ -77,6 +77,8 @@ CheckResult checkNccl(const char* name, const LibProbe& p, const DoctorFacts& f)
                 "use NCCL >= 2.20: pip install -U nvidia-nccl-cu12 (or -cu13), or a newer container");
   }
   found += strf("; takes ncclNet v%d (tries %s)", abi, order.c_str());
+  std::string unread = ncclUnreadNote(v);
+  if (!unread.empty()) found += "; " + unread;
   std::vector<NcclLack> lacks = ncclFeaturesLacking(v);
   if (lacks.empty()) return ok(name, found);
   std::vector<std::string> what, fixes;

@@ -44,6 +44,14 @@ TEST_F(DoctorTest, PyTorchsNcclIsFoundBesideTorchAndItsAbiNamed) {
   EXPECT_MENTIONS(r.found, "takes ncclNet v11 (tries v11, v10, v9, v8, v7, v6)");
 }
 
+// PyTorch 2.15 (October 2026) may bundle NCCL 2.31 or 2.32, released after the newest NCCL
+// source this build read (2.30.7-1): still Ok, and the check says the ABI order is assumed.
+TEST_F(DoctorTest, PyTorchsNcclNewerThanTheLastReadSaysItsAbiOrderIsAssumed) {
+  ncclCode_ = 23203;  // 2.32.3
+  CheckResult r = expectCheck("nccl-pytorch", Verdict::Ok, "takes ncclNet v12 (tries v12, v11");
+  EXPECT_MENTIONS(r.found, "NCCL 2.32 is newer than 2.30");
+}
+
 TEST_F(DoctorTest, PyTorchsNcclOlderThan2_20Fails) {
   ncclCode_ = 21903;  // 2.19.3
   expectCheck("nccl-pytorch", Verdict::Fail, "v7, v6, v5");

@@ -45,6 +45,19 @@ TEST(NcclCompat, LoaderLineFromGetVersionOrFromTheAbi) {
   EXPECT_NE(describeLoader(decodeNcclVersionCode(23007), "", 11).find("itself takes v12"), std::string::npos);
 }
 
+// NCCL 2.31 (v2.31.2-1) and 2.32 (2.32.3) were released after the newest source read (2.30.7-1):
+// the loader line says its ABI order is assumed, not read; for 2.30 and older it says nothing.
+TEST(NcclCompat, LoaderLineSaysWhenTheNcclIsNewerThanTheLastRead) {
+  EXPECT_EQ(describeLoader(decodeNcclVersionCode(23203), "", 12),
+            "loaded by NCCL 2.32.3 (ncclGetVersion), through ncclNet v12 (NCCL 2.32 is newer than 2.30, the newest "
+            "release whose plugin loader this build was checked against: its ABI order is taken to be 2.30's)");
+  EXPECT_EQ(ncclAbiTaken(decodeNcclVersionCode(23102)), 12);
+  EXPECT_TRUE(ncclUnreadNote(decodeNcclVersionCode(23007)).empty());
+  EXPECT_TRUE(ncclUnreadNote(NcclVersion()).empty());
+  EXPECT_FALSE(ncclUnreadNote(decodeNcclVersionCode(30000)).empty());
+  EXPECT_EQ(describeLoader(decodeNcclVersionCode(23007), "", 12), "loaded by NCCL 2.30.7 (ncclGetVersion), through ncclNet v12");
+}
+
 // NCCL 2.28.9 under PyTorch 2.11 on the GPU machine: a second communicator after the first one's
 // destroy failed with "Failed to initialize any NET plugin" (tri-reload, tri-preload).
 TEST(NcclCompat, ReloadAdviceForTheReleasesThatForgetThePluginName) {

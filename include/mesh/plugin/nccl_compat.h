@@ -32,6 +32,14 @@ NcclVersion decodeNcclVersionCode(int code);
 std::vector<int> ncclAbiSearchOrder(const NcclVersion& v);
 // The ABI NCCL `v` takes from this plugin; 0 when it looks for none we export (< 2.20).
 int ncclAbiTaken(const NcclVersion& v);
+// The newest NCCL release whose plugin loader this build was read against (2.30.7-1). NCCL 2.31
+// (v2.31.2-1, August 2026) and 2.32 (2.32.3 on PyPI, September 2026) exist; their sources were
+// not available to read.
+constexpr int kNcclNewestReadMajor = 2;
+constexpr int kNcclNewestReadMinor = 30;
+// For a release newer than that: "NCCL 2.32 is newer than 2.30, the newest release whose plugin
+// loader this build was checked against: its ABI order is taken to be 2.30's". Empty otherwise.
+std::string ncclUnreadNote(const NcclVersion& v);
 // "v11, v10, v9, v8, v7, v6"
 std::string abiListText(const std::vector<int>& abis);
 // The NCCL releases that enter through `abi` when the plugin exports v8..v12: "2.28 - 2.29".
@@ -46,7 +54,8 @@ struct NcclLack {
 std::vector<NcclLack> ncclFeaturesLacking(const NcclVersion& v);
 
 // The init log line's text: "loaded by NCCL 2.28.9 (ncclGetVersion in <where>), through ncclNet
-// v11" or, when no ncclGetVersion was found, "loaded through ncclNet v11: NCCL 2.28 - 2.29".
+// v11" (plus ncclUnreadNote's words for a newer NCCL than the last read) or, when no
+// ncclGetVersion was found, "loaded through ncclNet v11: NCCL 2.28 - 2.29".
 std::string describeLoader(const NcclVersion& fromGetVersion, const std::string& where, int abiEntered);
 
 // NCCL 2.27 to 2.29 unload an external net plugin when the last communicator using it is
