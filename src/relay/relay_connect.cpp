@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -69,7 +70,9 @@ RelayConnector::~RelayConnector() {
 }
 
 std::string RelayConnector::via() const {
-  return index_ < candidates_.size() ? formatIpv4(candidates_[index_].route.nextHopAddr) : std::string("?");
+  if (candidates_.empty()) return "?";
+  // Past the last candidate (every one failed): the last one asked.
+  return formatIpv4(candidates_[std::min(index_, candidates_.size() - 1)].route.nextHopAddr);
 }
 
 std::string RelayConnector::rule() const {

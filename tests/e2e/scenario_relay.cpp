@@ -486,6 +486,9 @@ std::string runRelay(Context& ctx) {
     int fellBack = countLog(ctx, mark, "goes through one relay");
     // --fallbacks M: M connects fell back to one relay (a leg that did not come up).
     long wantFallbacks = ctx.opts.integer("fallbacks", 0);
+    // A fallback's line names the relay whose leg did not come up ("leg 2 (via ?)" once).
+    int unnamed = countLog(ctx, mark, "(via ?)");
+    if (unnamed > 0) fail("--twins %ld: %d relay log lines name no relay ('(via ?)')", want, unnamed);
     if (sent != want || accepted != want || fellBack != wantFallbacks) {
       fail("--twins %ld: %d relayed connects went over two relays, %d receives were accepted as two legs and "
            "%d connects fell back to one relay (expected %ld, %ld and %ld)", want, sent, accepted, fellBack, want, want,

@@ -168,7 +168,8 @@ class RelayConnector {
   // leg of a two-relay one, a hop a relay forwards for another node) is its owner's to say
   // (TwinConnector, the relay service), from the accessors below.
   ncclResult_t poll(std::unique_ptr<PreparedConn>* out);
-  // What the connection goes through, for the log: "198.18.0.2".
+  // What the connection goes through, for the log: "198.18.0.2"; after a failure, the last
+  // relay asked ("?" when there was none).
   std::string via() const;
   // Why that relay: "route plan" or "fallback rule" (the candidate's source).
   std::string rule() const;
