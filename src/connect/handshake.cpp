@@ -414,8 +414,15 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
   int rc = readMessage(c->fd, &c->inbuf, &msg, &error);
   if (rc == 0) return;
   if (rc == -2) {
-    return finishConnect(hs, c, c->peer + " closed the connection while we waited for " + stepName(c->step) +
-                                    " (did the peer process exit?)", ncclRemoteError);
+    // One hint per case: a listener alive but not accepting closes the connection at its own
+    // connect timeout (dead-peer never-accept), one closed or killed at once (listener-dies).
+    return finishConnect(hs, c,
+                         c->peer + (c->step == Connector::Step::Connect
+                                        ? std::string(" closed the connection during the TCP connect (did the peer "
+                                                      "process exit?)")
+                                        : std::string(" closed the connection before accepting it (it did not call "
+                                                      "accept in time, closed its listen comm, or its process exited)")),
+                         ncclRemoteError);
   }
   if (rc == -1) return finishConnect(hs, c, "bad message from " + c->peer + ": " + error, ncclRemoteError);
   if (msg.type == HsType::Reject) return finishConnect(hs, c, c->peer + " refused the connection: " + msg.reason, ncclRemoteError);
