@@ -145,6 +145,7 @@ bool isNetdevTowards(const std::string& netdev, int peer) {
     name.resize(name.size() - 2);
   }
   if (name == base) return true;
+  if (name == "sw") return true;  // a node's port on the switch (fabric-net --topology switch) reaches every peer
   // Parallel links: p<peer>b, p<peer>c, ... (a letter, not another digit: p1 vs p12).
   return name.size() == base.size() + 1 && name.compare(0, base.size(), base) == 0 && name.back() >= 'b' &&
          name.back() <= 'z';

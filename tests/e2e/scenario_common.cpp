@@ -42,7 +42,7 @@ std::vector<int> otherRanks(const Context& ctx) {
 
 int cabled(const Context& ctx, int i, int j) {
   int d = std::abs(i - j);
-  if (ctx.topology == "full") return 1;
+  if (ctx.topology == "full" || ctx.topology == "switch") return 1;  // a switch: every pair one hop
   if (ctx.topology == "ring") return d == 1 || d == ctx.nodes - 1 ? 1 : 0;
   if (ctx.topology == "line") return d == 1 ? 1 : 0;
   return -1;

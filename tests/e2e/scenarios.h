@@ -90,7 +90,7 @@ void requireNodes(const Context& ctx, int nodes);
 // Every rank but this one, ascending.
 std::vector<int> otherRanks(const Context& ctx);
 // Whether the lab's topology (ctx.topology, ctx.nodes) cables rank i to rank j: 1 yes, 0 no,
-// -1 topology unknown.
+// -1 topology unknown. On a switch (fabric-net --topology switch) every pair is one hop apart.
 int cabled(const Context& ctx, int i, int j);
 
 // --- routing ---------------------------------------------------------------------------------
