@@ -2,7 +2,8 @@
 // The doctor's checks of ports and addresses: RDMA ports and their state, MTU, a RoCEv2 GID
 // for every IPv4 address, a pinned GID index against IPv6 GIDs, ARP and reverse-path
 // filtering where two ports share a subnet, the bootstrap interface, and the relay setting
-// against this node's cables. Pure: each judges DoctorFacts only.
+// against this node's cables (or a switch, seen in the ARP table). Pure: each judges
+// DoctorFacts only.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -111,6 +112,50 @@ int cabledPeers(const DoctorFacts& f, const std::vector<Subnet>& subnets) {
   std::set<size_t> roots;
   for (size_t i = 0; i < nodes.size(); ++i) roots.insert(find(i));
   return static_cast<int>(roots.size());
+}
+
+// A subnet on a switch, as far as one node can tell: the kernel's ARP table holds more
+// neighbours in it than this node has ports in it. A cable reaches one peer, whose functions
+// in the subnet pair up with ours (an address each), so more neighbours than our ports means
+// more than one node answers on that wire: a switch (NVIDIA's layout for more than three DGX
+// Sparks, two subnets shared by every node). Only as good as the ARP table, which is empty
+// until traffic has flowed on the port.
+struct SwitchedSubnet {
+  Ipv4Prefix net;
+  std::vector<std::string> netdevs;
+  size_t neighbours = 0;
+};
+
+std::vector<SwitchedSubnet> switchedSubnets(const DoctorFacts& f, const std::vector<Subnet>& subnets) {
+  std::vector<SwitchedSubnet> out;
+  for (const Subnet& s : subnets) {
+    std::set<uint32_t> seen;
+    for (const std::string& nd : s.netdevs) {
+      auto it = f.neighbours.find(nd);
+      if (it == f.neighbours.end()) continue;
+      for (uint32_t a : it->second) {
+        if (sameSubnet(a, s.net.addr, s.net.prefixLen)) seen.insert(a);
+      }
+    }
+    if (seen.size() > s.netdevs.size()) out.push_back({s.net, s.netdevs, seen.size()});
+  }
+  return out;
+}
+
+std::string describeSwitched(const std::vector<SwitchedSubnet>& switched) {
+  std::vector<std::string> parts;
+  for (const SwitchedSubnet& s : switched) {
+    parts.push_back(strf("%s on %s (%zu neighbours in the ARP table)", formatPrefix(s.net).c_str(),
+                         joined(s.netdevs, "+").c_str(), s.neighbours));
+  }
+  return "on a switch: " + joined(parts, ", ");
+}
+
+bool onSwitch(const std::vector<SwitchedSubnet>& switched, const std::string& netdev) {
+  for (const SwitchedSubnet& s : switched) {
+    if (std::find(s.netdevs.begin(), s.netdevs.end(), netdev) != s.netdevs.end()) return true;
+  }
+  return false;
 }
 
 CheckResult checkPorts(const DoctorFacts& f) {
@@ -317,7 +362,7 @@ CheckResult checkRpFilter(const DoctorFacts& f) {
   return {"rp-filter", Verdict::Ok, found + (shared.empty() ? " (strict is harmless with one subnet per port)" : ""), ""};
 }
 
-CheckResult checkSocketIfname(const DoctorFacts& f, int peers) {
+CheckResult checkSocketIfname(const DoctorFacts& f, int peers, const std::vector<SwitchedSubnet>& switched) {
   const SettingSource* s = f.setting("NCCL_SOCKET_IFNAME");
   const char* fix = "export NCCL_SOCKET_IFNAME=<the management interface> (and GLOO_SOCKET_IFNAME for PyTorch's gloo)";
   if (s == nullptr) {
@@ -337,6 +382,12 @@ CheckResult checkSocketIfname(const DoctorFacts& f, int peers) {
   if (matched.empty() && !f.netifs.empty()) {
     return {"socket-ifname", Verdict::Fail, found + ": NCCL's bootstrap fails (no socket interface found)", fix};
   }
+  bool allSwitched = !mesh.empty();
+  for (const std::string& m : mesh) allSwitched = allSwitched && onSwitch(switched, m);
+  if (allSwitched) {
+    return {"socket-ifname", Verdict::Ok, found + ": a mesh port, " + describeSwitched(switched) +
+            ": NCCL's bootstrap reaches every node on the switch", ""};
+  }
   if (!mesh.empty()) {
     return {"socket-ifname", peers >= 2 ? Verdict::Fail : Verdict::Warn,
             found + ": " + joined(mesh) + " is a mesh port; NCCL's bootstrap then reaches only the peer on that cable",
@@ -345,12 +396,17 @@ CheckResult checkSocketIfname(const DoctorFacts& f, int peers) {
   return {"socket-ifname", Verdict::Ok, found, ""};
 }
 
-CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets) {
+CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets, const std::vector<SwitchedSubnet>& switched) {
   const Config& c = f.config;
   std::string found = strf("cabled to %d peer(s) over %zu subnet(s); NCCL_MESH_RELAY=%s", peers, subnets,
                            c.relay == RelayMode::Auto ? "auto" : "off");
   if (f.nodes > 0) found += strf(", a job of %d node(s)", f.nodes);
   const char* fix = "export NCCL_MESH_RELAY=auto on every node (pairs without a cable then go through a neighbour)";
+  if (!switched.empty() && c.staticRoutes.empty()) {
+    // One node cannot count the nodes behind a switch, only see that there are several.
+    return {"relay", Verdict::Ok, found + "; " + describeSwitched(switched) + ": every node on the switch is reached "
+            "directly, no relay needed for it (NCCL_MESH_RELAY=auto covers nodes it does not reach)", ""};
+  }
   if (c.relay == RelayMode::Auto) {
     int ringHops = f.nodes / 2 - 1;  // a ring of N: the farthest pair is N/2 cables apart
     if (f.nodes > 0 && peers < f.nodes - 1 && c.relayMaxHops < ringHops) {
@@ -367,7 +423,9 @@ CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets) {
   if (f.nodes > 0) {
     if (peers >= f.nodes - 1) return {"relay", Verdict::Ok, found + ": a full mesh, no relay needed", ""};
     return {"relay", Verdict::Fail, found + strf(": %d node(s) have no cable to this one (a ring or a line): their "
-                                                 "connections fail with the routing error", f.nodes - 1 - peers), fix};
+                                                 "connections fail with the routing error (ports on a switch show "
+                                                 "several nodes in the ARP table once traffic has flowed: ping the "
+                                                 "others over them and run the doctor again)", f.nodes - 1 - peers), fix};
   }
   if (peers >= 2) {
     return {"relay", Verdict::Warn, found + ": one node cannot tell a full mesh of " + std::to_string(peers + 1) +
@@ -384,9 +442,10 @@ CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets) {
 std::vector<CheckResult> networkChecks(const DoctorFacts& f) {
   std::vector<Subnet> subnets = meshSubnets(f);
   int peers = cabledPeers(f, subnets);
+  std::vector<SwitchedSubnet> switched = switchedSubnets(f, subnets);
   return {checkPorts(f),     checkMtu(f),      checkRoceGids(f),
           checkGidIndex(f),  checkArp(f),      checkRpFilter(f),
-          checkSocketIfname(f, peers),          checkRelay(f, peers, subnets.size())};
+          checkSocketIfname(f, peers, switched), checkRelay(f, peers, subnets.size(), switched)};
 }
 
 std::vector<CheckResult> runChecks(const DoctorFacts& facts) {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The doctor's facts from files, every path under facts->root: NCCL's configuration files,
 // /proc (limits, capabilities, meminfo, the kernel command line, the ARP and reverse-path
-// sysctls) and /sys/class/infiniband. A file that cannot be read or parsed becomes a problem
+// sysctls, the ARP table) and /sys/class/infiniband. A file that cannot be read or parsed becomes a problem
 // line naming it (the checks turn those into WARNs), never an exception.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "mesh/platform/text.h"
@@ -194,6 +196,23 @@ void readSysctls(DoctorFacts* facts) {
   }
 }
 
+void readNeighbours(DoctorFacts* facts) {
+  // "IP address  HW type  Flags  HW address  Mask  Device", one entry a line after the header.
+  // Only complete entries (ATF_COM, 0x2) name a neighbour that answered.
+  std::ifstream in(facts->root + "/proc/net/arp");
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string ip, type, flags, mac, mask, dev;
+    if (!(fields >> ip >> type >> flags >> mac >> mask >> dev)) continue;
+    in_addr a{};
+    if (inet_pton(AF_INET, ip.c_str(), &a) != 1) continue;
+    if ((std::strtoul(flags.c_str(), nullptr, 16) & 0x2) == 0 || mac == "00:00:00:00:00:00") continue;
+    facts->neighbours[dev].insert(ntohl(a.s_addr));
+  }
+}
+
 int roceMtuForNetdev(int netdevMtu) {
   int room = netdevMtu - 96;
   for (int bytes = 4096; bytes >= 256; bytes /= 2) {
@@ -248,6 +267,7 @@ DoctorFacts collectFacts(const DoctorSources& sources) {
     facts.netdevPci[p.netdev] = path;
   }
   readSysctls(&facts);
+  readNeighbours(&facts);
   return facts;
 }
 

@@ -4,8 +4,11 @@
 its verdicts, its exit status, and that it changed nothing (the node's MTUs and ARP/rp_filter
 sysctls are the same before and after).
 
-  doctor_fabric_check.py INFO --nodes N [--case [VAR=VALUE,...] [--conf TEXT] [--expect CHECK=VERDICT]...
-                                         [--expect-text CHECK=TEXT]...]...
+  doctor_fabric_check.py INFO --nodes N [--reach] [--case [VAR=VALUE,...] [--conf TEXT]
+                                         [--expect CHECK=VERDICT]... [--expect-text CHECK=TEXT]...]...
+
+--reach first pings every address this node's link table names (VMESH_LINK_TABLE), which
+fills the kernel's ARP table as any traffic does: what tells the doctor a switch from a cable.
 
 Each --case runs the doctor once with the variables given added to (VALUE empty: removed
 from) the environment, and --conf TEXT written to a file named by NCCL_CONF_FILE. Checks not
@@ -25,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 MACHINE_DEPENDENT = {"nccl-pytorch", "nccl-system", "memlock", "cma"}
 
@@ -42,6 +46,26 @@ def node_state():
             with open(path) as f:
                 state[path] = f.read().strip()
     return state
+
+
+def reach_links(deadline_s=10.0):
+    """Pings every peer address of this rank's links until each answers once; the failures."""
+    rank = os.environ.get("VMESH_RANK")
+    peers = []
+    with open(os.environ["VMESH_LINK_TABLE"]) as table:
+        for line in table:
+            f = line.split()
+            if len(f) == 7 and rank in (f[1], f[2]):
+                peers.append(f[6] if f[1] == rank else f[5])
+    failures = []
+    for addr in peers:
+        end = time.monotonic() + deadline_s
+        while subprocess.run(["ping", "-c", "1", "-W", "1", addr], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL).returncode != 0:
+            if time.monotonic() > end:
+                failures.append("--reach: no answer from %s in %g s" % (addr, deadline_s))
+                break
+    return failures
 
 
 def parse_cases(argv):
@@ -124,10 +148,11 @@ def main():
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("info")
     parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--reach", action="store_true")
     args, rest = parser.parse_known_args()
     rank = os.environ.get("VMESH_RANK", "?")
+    failures = reach_links() if args.reach else []
     before = node_state()
-    failures = []
     for n, case in enumerate(parse_cases(rest)):
         failures += run_case(args.info, args.nodes, case, rank, "case %d:" % (n + 1))
     after = node_state()

@@ -189,6 +189,46 @@ TEST_F(DoctorSharedSubnetTest, BothFunctionsOfOneCableCountAsOnePeer) {
   expectCheck("relay", Verdict::Ok, "cabled to 1 peer(s) over 1 subnet(s)");
 }
 
+// The kernel's ARP table, as /proc/net/arp prints it.
+std::string arpTable(const std::vector<std::string>& rows) {
+  std::string t = "IP address       HW type     Flags       HW address            Mask     Device\n";
+  for (const std::string& r : rows) t += r + "\n";
+  return t;
+}
+
+// NVIDIA's layout for more than three DGX Sparks: every node's port on a switch, in subnets
+// all nodes share. The node's two ports, each with one peer node in the ARP table, still look
+// like a ring of four; several neighbours on one port are a switch: no relay needed, and the
+// bootstrap may run on that port.
+TEST_F(DoctorTest, PortsOnASwitchNeedNoRelay) {
+  src_.nodes = 4;
+  put("proc/net/arp", arpTable({"198.18.0.2       0x1         0x2         52:54:00:00:00:01     *        p1",
+                                "198.18.1.3       0x1         0x2         52:54:00:01:00:02     *        p2",
+                                "198.18.0.9       0x1         0x0         00:00:00:00:00:00     *        p1"}));
+  expectCheck("relay", Verdict::Fail, "ping the others over them and run the doctor again");
+  put("proc/net/arp", arpTable({"198.18.0.2       0x1         0x2         52:54:00:00:00:01     *        p1",
+                                "198.18.0.3       0x1         0x2         52:54:00:00:00:02     *        p1",
+                                "198.18.0.4       0x1         0x6         52:54:00:00:00:03     *        p1",
+                                "10.0.0.7         0x1         0x2         52:54:00:00:00:04     *        p1"}));
+  expectCheck("relay", Verdict::Ok, "on a switch: 198.18.0.0/24 on p1 (3 neighbours in the ARP table)");
+  src_.env["NCCL_SOCKET_IFNAME"] = "p1";
+  expectCheck("socket-ifname", Verdict::Ok, "reaches every node on the switch");
+  src_.env["NCCL_SOCKET_IFNAME"] = "p2";  // still a cable to one peer
+  EXPECT_VERDICT(check("socket-ifname"), Verdict::Fail);
+  src_.env["NCCL_MESH_ROUTES"] = "198.18.2.0/24=198.18.0.2";  // ignored with the relay off, switch or not
+  EXPECT_VERDICT(check("relay"), Verdict::Warn);
+}
+
+// Both functions of a cable end in one subnet see the peer's two functions: one peer, no switch.
+TEST_F(DoctorSharedSubnetTest, APeersTwoFunctionsInTheArpTableAreNoSwitch) {
+  remove("sys/class/infiniband/rxe_p2");
+  src_.nodes = 3;
+  put("proc/net/arp", arpTable({"198.18.0.2       0x1         0x2         52:54:00:00:00:01     *        p1",
+                                "198.18.0.12      0x1         0x2         52:54:00:00:00:02     *        p1",
+                                "198.18.0.12      0x1         0x2         52:54:00:00:00:02     *        enP2p1s0f1np1"}));
+  expectCheck("relay", Verdict::Fail, "cabled to 1 peer(s) over 1 subnet(s)");
+}
+
 TEST_F(DoctorTest, SparkFunctionsInTheirOwnSubnetsAreOneCable) {
   remove("sys/class/infiniband/rxe_p2");
   addPort("rocep1s0f1", "enp1s0f1np1", "198.18.4.1");

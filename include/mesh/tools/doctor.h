@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,9 @@ struct DoctorFacts {
   std::map<std::string, std::string> netdevPci;  // a port's netdev -> its sysfs device path (realpath)
   std::map<std::string, int> sysctl;  // "all/rp_filter" -> value; absent: unreadable
   std::vector<std::string> sysctlProblems;
+  // The kernel's ARP table (/proc/net/arp): each netdev's complete entries, IPv4 in host
+  // order. What tells a switch from a cable (more neighbours on a port than one peer has).
+  std::map<std::string, std::set<uint32_t>> neighbours;
   LibProbe plugin;
   LibProbe ncclTorch;
   LibProbe ncclSystem;
@@ -148,6 +152,7 @@ void mergeSettings(DoctorFacts* facts);        // env over files; NCCL_MESH_* pa
 void readPinningFacts(DoctorFacts* facts);     // /proc/self/limits, status, meminfo, cmdline
 void readSysfsPorts(DoctorFacts* facts);       // /sys/class/infiniband
 void readSysctls(DoctorFacts* facts);          // /proc/sys/net/ipv4/conf/{all,<mesh netdev>}
+void readNeighbours(DoctorFacts* facts);       // /proc/net/arp (unreadable: none known)
 // Parses one configuration file's text as NCCL does; malformed lines go to problems.
 void parseConfText(const std::string& text, ConfFile* out);
 // The RoCE MTU (bytes) a netdev MTU gives, by the kernel's rule for RoCE devices
