@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The doctor's facts from files, every path under facts->root: NCCL's configuration files,
 // /proc (limits, capabilities, meminfo, the kernel command line, the ARP and reverse-path
-// sysctls, the ARP table) and /sys/class/infiniband. A file that cannot be read or parsed becomes a problem
-// line naming it (the checks turn those into WARNs), never an exception.
+// sysctls, the ARP table) and /sys/class/infiniband. A file that cannot be read or parsed
+// becomes a problem line naming it (the checks turn those into WARNs), never an exception;
+// the ARP table only adds to what the checks know (a switch), so without it none is known.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <unistd.h>
