@@ -65,11 +65,12 @@ bytes=$(du -sb "$LEASE" | cut -f1)
 # fix), then the plugin beside NCCL IB without a GPU on 16 cores (bench-fabric, run directly:
 # --cap would cut it); call 2 the Spark p2p with the one device at both functions' speed (NCCL
 # then builds channels as for NCCL IB's two devices), the collectives and the relayed Spark
-# 4-ring with today's defaults.
+# 4-ring with today's defaults; last, if its deadline leaves room, 4 nodes on a switch, the
+# one 4-node layout where the plugin and NCCL IB both run.
 CALL1_ONLY="pair-p2p,pair-p2p-ib,spark-p2p,spark-p2p-ib,pair-p2p,pair-p2p-ib,spark-p2p,spark-p2p-ib,\
 pair-p2p,pair-p2p-ib,spark-p2p-port,spark-p2p-ib"
 CALL2_ONLY="spark-p2p-speed,spark-p2p-ib,pair-plugin,pair-ib,ring4-spark-tree,ring4-spark-tree-twin,ring4-spark-a2a,ring4-spark-a2a-twin,\
-pair-spark-plugin,pair-spark-ib,relay-bench-twin"
+pair-spark-plugin,pair-spark-ib,relay-bench-twin,switch4-plugin,switch4-ib"
 cat >"$LEASE/plan.sh" <<EOF
 #!/usr/bin/env bash
 # Written by scripts/lease-prep.sh at $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?') on $(date -u +%Y-%m-%d): the next

@@ -75,6 +75,11 @@
 #                   the pair, the triangle, the relayed 4-ring (and over two relays) once
 #                   more, every collective at 8 B .. 1 MiB, one iteration each: small traces
 #                   of real NCCL's calls to commit as replay fixtures (tests/replay/fixtures)
+#   switch4-plugin, switch4-ib
+#                   4 nodes on a switch (fabric-net --topology switch --functions 2: NVIDIA's
+#                   switched DGX Spark layout), the six collectives: the plugin (relay on, so
+#                   every pair must go direct) and NCCL IB, whose NICs all reach every node
+#                   there; the one 4-node layout where the two compare (the ratio table)
 #
 #   scripts/nccl-e2e.sh [--build DIR] [--out DIR] [--only S1,S2] [--quick] [--max-bytes SIZE]
 #                       [--plugin PATH] [--dropin DIR] [--rehearse] [--no-trace] [--untraced S1,S2]
@@ -133,7 +138,8 @@ ALL_SCENARIOS=(pair-plugin pair-ib tri-plugin tri-ib tri-preload tri-reload tri-
                ring4-relay ring4-spark-relay ring4-relay-twin ring4-spark-twin ring4-spark-tree ring4-spark-tree-twin
                ring4-spark-a2a ring4-spark-a2a-twin line4-relay pair-spark-plugin pair-spark-ib pair-spark-nosplit
                pair-spark-port pair-p2p pair-p2p-ib spark-p2p spark-p2p-port spark-p2p-speed spark-p2p-ib
-               relay-bench relay-bench-twin vs-nccl-ib pair-p2p-trace fix-pair fix-tri fix-ring4-relay fix-ring4-twin)
+               relay-bench relay-bench-twin vs-nccl-ib pair-p2p-trace fix-pair fix-tri fix-ring4-relay fix-ring4-twin
+               switch4-plugin switch4-ib)
 
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -390,6 +396,9 @@ run_named() {
     pair-p2p-trace) run_scenario pair-p2p-trace 2 full 300 pass "${mesh[@]}" --env NCCL_MESH_TRACE_MAX=48M -- \
       --colls sendrecv,alltoall --min-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 32M)" \
       --max-bytes "$([ "$QUICK" -eq 1 ] && echo "$max" || echo 128M)" --factor 4 ;;
+    switch4-plugin) run_scenario switch4-plugin 4 switch+fn2 1200 pass "${mesh[@]}" --env NCCL_MESH_RELAY=auto -- \
+      --colls "$colls_all" "${sizes[@]}" ;;
+    switch4-ib) run_scenario switch4-ib 4 switch+fn2 1200 pass "${ib[@]}" -- --colls "$colls_all" "${sizes[@]}" ;;
     fix-pair) run_scenario fix-pair 2 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-tri) run_scenario fix-tri 3 full 300 pass "${mesh[@]}" -- "${tiny[@]}" ;;
     fix-ring4-relay|fix-ring4-twin)

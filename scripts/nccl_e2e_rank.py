@@ -160,11 +160,12 @@ def node_env(rank):
     NCCL_HOSTID: NCCL derives a host's identity from it, so ranks sharing the one GPU are
     separate nodes and talk over the network. NCCL_IB_HCA (only where the caller asked for
     it with NCCL_E2E_IB_HCA=auto): this node's fabric devices, as a user of stock NCCL
-    would list their RDMA NICs; the fabric names the device on netdev X `fab_X`."""
+    would list their RDMA NICs (cables p<j>..., a switch port sw, swf1); the fabric names the
+    device on netdev X `fab_X`."""
     os.environ.setdefault("NCCL_HOSTID", f"nccl-e2e-node{rank}")
     if os.environ.get("NCCL_E2E_IB_HCA") == "auto":
         import socket
-        nics = sorted(name for _, name in socket.if_nameindex() if name.startswith("p"))
+        nics = sorted(name for _, name in socket.if_nameindex() if name.startswith(("p", "sw")))
         os.environ["NCCL_IB_HCA"] = ",".join("=fab_" + n if i == 0 else "fab_" + n for i, n in enumerate(nics))
         fake_ib_sysfs(["fab_" + n for n in nics])
 

@@ -169,7 +169,7 @@ def tables(args):
     pairs = (("pair-plugin", "pair-ib"), ("pair-spark-plugin", "pair-spark-ib"),
              ("pair-spark-nosplit", "pair-spark-ib"), ("pair-spark-port", "pair-spark-ib"),
              ("pair-p2p", "pair-p2p-ib"), ("spark-p2p", "spark-p2p-ib"), ("spark-p2p-port", "spark-p2p-ib"), ("spark-p2p-speed", "spark-p2p-ib"), ("tri-plugin", "tri-ib"),
-             ("ring4-ring", "ring4-ib"))
+             ("ring4-ring", "ring4-ib"), ("switch4-plugin", "switch4-ib"))
     # A scenario run again (NAME.2 ...) is compared with the other side's run of the same number.
     suffixes = sorted({name[len(base_name(name)):] for name in data}, key=lambda x: (len(x), x))
     for (mesh, ib), suffix in ((p, x) for p in pairs for x in suffixes):

@@ -152,6 +152,15 @@ class Tables(unittest.TestCase):
         self.assertEqual(first.split("1M")[1].split()[0], "0.90", out)
         self.assertEqual(second.split("1M")[1].split()[0], "0.50", out)
 
+    def test_the_switch_runs_get_their_ratio_table(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name, bw in (("switch4-plugin", 6.0), ("switch4-ib", 8.0)):
+                with open(os.path.join(d, name + ".jsonl"), "w") as f:
+                    f.write(json.dumps(row(nbytes=1 << 20, busbw=bw)) + "\n")
+            out = subprocess.run([sys.executable, REPORT, "tables", "--dir", d], capture_output=True,
+                                 text=True, check=True).stdout
+        self.assertEqual(out.split("busbw ratio switch4-plugin / switch4-ib")[1].split("1M")[1].split()[0], "0.75", out)
+
 
 if __name__ == "__main__":
     unittest.main()
