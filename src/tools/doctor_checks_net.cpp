@@ -403,8 +403,11 @@ CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets, const st
   if (f.nodes > 0) found += strf(", a job of %d node(s)", f.nodes);
   const char* fix = "export NCCL_MESH_RELAY=auto on every node (pairs without a cable then go through a neighbour)";
   if (!switched.empty() && c.staticRoutes.empty()) {
-    // One node cannot count the nodes behind a switch, only see that there are several.
-    return {"relay", Verdict::Ok, found + "; " + describeSwitched(switched) + ": every node on the switch is reached "
+    // One node cannot count the nodes behind a switch, only see that there are several; its
+    // ports there are not cables to one peer each, so no peer count is given.
+    std::string ports = strf("ports in %zu subnet(s); NCCL_MESH_RELAY=%s", subnets, c.relay == RelayMode::Auto ? "auto" : "off");
+    if (f.nodes > 0) ports += strf(", a job of %d node(s)", f.nodes);
+    return {"relay", Verdict::Ok, ports + "; " + describeSwitched(switched) + ": every node on the switch is reached "
             "directly, no relay needed for it (NCCL_MESH_RELAY=auto covers nodes it does not reach)", ""};
   }
   if (c.relay == RelayMode::Auto) {
