@@ -303,7 +303,8 @@ void discardComm(Handshaker* hs, std::unique_ptr<PreparedConn> conn) {
 namespace {
 // Counts a relayed connection NCCL gets (one of one relay, or one over two relays) and
 // returns its number in this process. The first one also gets the process's one WARN, naming
-// `via` (one relay's address, or "A and B"); the count is for the INFO lines after it. Only
+// the target by its node address (its lowest, as the route plan and the live counters name
+// nodes) and `via` (one relay's address, or "A and B"); the count is for the INFO lines after it. Only
 // TwinConnector calls it: every relayed connect of this process's own goes through one, and
 // a hop a relay forwards for another node is not this process's connection.
 uint64_t noteRelayedConnection(const std::string& target, const std::string& via) {
@@ -357,9 +358,8 @@ std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fi
 
 void TwinConnector::single(const std::string& why) {
   if (!why.empty()) {
-    MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s%s goes through one relay: %s",
-              target_.addrs.empty() ? "?" : formatIpv4(target_.addrs[0].addr).c_str(),
-              target_.addrs.size() > 1 ? ",..." : "", why.c_str());
+    MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s goes through one relay: %s",
+              target_.addrs.empty() ? "?" : formatIpv4(nodeAddress(target_.addrs)).c_str(), why.c_str());
   }
   legs_[1].reset();
   for (auto& d : done_) discardComm(hs_, std::move(d));
@@ -404,7 +404,7 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
       auto* comm = static_cast<SendComm*>(out->get());
       uint32_t peer = nodeAddress(target_.addrs);
       comm->countAs(stats::FlowKind::Relayed, peer, c.viaAddr(), 0);
-      uint64_t n = noteRelayedConnection(c.targetText(), c.via());
+      uint64_t n = noteRelayedConnection(formatIpv4(peer), c.via());
       MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connected to %s via %s (%s; relayed connection %llu of this process)",
                 c.targetText().c_str(), c.via().c_str(), c.rule().c_str(), static_cast<unsigned long long>(n));
     }
