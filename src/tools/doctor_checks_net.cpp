@@ -398,17 +398,16 @@ CheckResult checkSocketIfname(const DoctorFacts& f, int peers, const std::vector
 
 CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets, const std::vector<SwitchedSubnet>& switched) {
   const Config& c = f.config;
-  std::string found = strf("cabled to %d peer(s) over %zu subnet(s); NCCL_MESH_RELAY=%s", peers, subnets,
-                           c.relay == RelayMode::Auto ? "auto" : "off");
-  if (f.nodes > 0) found += strf(", a job of %d node(s)", f.nodes);
+  std::string setting = strf("NCCL_MESH_RELAY=%s", c.relay == RelayMode::Auto ? "auto" : "off");
+  if (f.nodes > 0) setting += strf(", a job of %d node(s)", f.nodes);
+  std::string found = strf("cabled to %d peer(s) over %zu subnet(s); ", peers, subnets) + setting;
   const char* fix = "export NCCL_MESH_RELAY=auto on every node (pairs without a cable then go through a neighbour)";
   if (!switched.empty() && c.staticRoutes.empty()) {
     // One node cannot count the nodes behind a switch, only see that there are several; its
     // ports there are not cables to one peer each, so no peer count is given.
-    std::string ports = strf("ports in %zu subnet(s); NCCL_MESH_RELAY=%s", subnets, c.relay == RelayMode::Auto ? "auto" : "off");
-    if (f.nodes > 0) ports += strf(", a job of %d node(s)", f.nodes);
-    return {"relay", Verdict::Ok, ports + "; " + describeSwitched(switched) + ": every node on the switch is reached "
-            "directly, no relay needed for it (NCCL_MESH_RELAY=auto covers nodes it does not reach)", ""};
+    return {"relay", Verdict::Ok, strf("ports in %zu subnet(s); ", subnets) + setting + "; " + describeSwitched(switched) +
+            ": every node on the switch is reached directly, no relay needed for it (NCCL_MESH_RELAY=auto covers "
+            "nodes it does not reach)", ""};
   }
   if (c.relay == RelayMode::Auto) {
     int ringHops = f.nodes / 2 - 1;  // a ring of N: the farthest pair is N/2 cables apart
