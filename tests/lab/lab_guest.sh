@@ -4,7 +4,8 @@
 #
 #   devices      the RDMA devices are exactly those the topology cables, each
 #                ACTIVE, MTU 4096, with a RoCE v2 GID for its 198.18.L.(rank+1)
-#   pingpong     ibv_rc_pingpong (data checked) over every link, both directions
+#   pingpong     ibv_rc_pingpong (data checked) over every link, both directions (on a
+#                switch: with every other node, over the one port)
 #   no-diagonal  (4-node ring) the opposite node is unreachable: no route, and a
 #                pingpong to it fails fast instead of hanging
 #   mgmt         every other guest answers ping on the management network
@@ -51,13 +52,24 @@ set_pp_opts() {
     PP_OPTS="-d $1 -g $gid -c -s $PP_SIZE -n $PP_ITERS -m $PP_MTU"
 }
 
-# Every guest serves each of its links on port 20000+L and is the client of the
+# The TCP port of the pingpong between this rank and $2 on link $1: one per link and pair
+# (on a switch every pair shares link 0 and the one port).
+pp_port() {
+    if [ "$VMESH_RANK" -lt "$2" ]; then
+        echo $((20000 + 64 * $1 + 8 * VMESH_RANK + $2))
+    else
+        echo $((20000 + 64 * $1 + 8 * $2 + VMESH_RANK))
+    fi
+}
+
+# Every guest serves each of its links on that link's port and is the client of the
 # peer's server on the same link: both directions of every link, all at once.
 step_pingpong() {
     links=$(lab_my_links)
     while read -r l peer netdev addr peer_addr; do
         set_pp_opts "${LAB_RDMA}_$netdev" "$addr"
-        lab_serve "pp$l.$VMESH_RANK" $((20000 + l)) ibv_rc_pingpong $PP_OPTS -p $((20000 + l))
+        port=$(pp_port "$l" "$peer")
+        lab_serve "pp$port.$VMESH_RANK" "$port" ibv_rc_pingpong $PP_OPTS -p "$port"
     done <<EOF
 $links
 EOF
@@ -65,18 +77,19 @@ EOF
     clients=""
     while read -r l peer netdev addr peer_addr; do
         set_pp_opts "${LAB_RDMA}_$netdev" "$addr"
-        lab_client "pp$l.$peer" ibv_rc_pingpong $PP_OPTS -p $((20000 + l)) "$peer_addr" \
-            >"$LAB_TMP/pp$l.client.log" 2>&1 &
-        clients="$clients $l:$!:$peer_addr"
+        port=$(pp_port "$l" "$peer")
+        lab_client "pp$port.$peer" ibv_rc_pingpong $PP_OPTS -p "$port" "$peer_addr" \
+            >"$LAB_TMP/pp$port.client.log" 2>&1 &
+        clients="$clients $port:$!:$peer_addr"
     done <<EOF
 $links
 EOF
     for c in $clients; do
-        l=${c%%:*}
+        port=${c%%:*}
         rest=${c#*:}
         wait "${rest%%:*}" ||
-            { cat "$LAB_TMP/pp$l.client.log"; lab_fail "pingpong client on link $l to ${rest#*:} failed"; }
-        sed "s/^/pp$l client: /" "$LAB_TMP/pp$l.client.log"
+            { cat "$LAB_TMP/pp$port.client.log"; lab_fail "pingpong client on port $port to ${rest#*:} failed"; }
+        sed "s/^/pp$port client: /" "$LAB_TMP/pp$port.client.log"
     done
     lab_reap_servers
     lab_note "pingpong ok on every link, both directions"

@@ -57,7 +57,7 @@ lab_poll() {
 lab_expected_peers() {
     local n="$VMESH_NODES" r="$VMESH_RANK" peers p
     case "$VMESH_TOPOLOGY" in
-        full) peers=$(seq 0 $((n - 1))) ;;
+        full | switch) peers=$(seq 0 $((n - 1))) ;;
         line) peers="$((r - 1)) $((r + 1))" ;;
         ring) peers="$(((r + 1) % n)) $(((r + n - 1) % n))" ;;
         *) lab_fail "unknown topology $VMESH_TOPOLOGY" ;;
@@ -67,9 +67,14 @@ lab_expected_peers() {
     done | sort -un
 }
 
-# RDMA device names the topology gives this node: rxe_p<peer>, rxe_p<peer>b, ... (fab_... on the fabric)
+# RDMA device names the topology gives this node: rxe_p<peer>, rxe_p<peer>b, ... (fab_... on the
+# fabric); on a switch its one port, rxe_sw.
 lab_expected_devices() {
     local peer k
+    if [ "$VMESH_TOPOLOGY" = switch ]; then
+        echo "${LAB_RDMA}_sw"
+        return
+    fi
     for peer in $(lab_expected_peers); do
         set -- "" b c d e f g h
         k=0

@@ -5,7 +5,8 @@
 # is "NAME|DEADLINE|ENV|ARGS": ENV is space-separated VAR=VALUE for this step only, ARGS the
 # scenario's arguments. Each step meets the other ranks in a rendezvous directory of its own
 # ($VMESH_SHARED/steps/NAME), so a step that fails on one rank only costs the others that
-# step's deadline. Prints "lab-step NAME begin" and "lab-step NAME rc=N" around each step
+# step's deadline. ARGS that begin with "/" are a command of their own instead (a lab check
+# such as tests/lab/lab_guest.sh or the doctor's), run with ENV under `timeout DEADLINE`. Prints "lab-step NAME begin" and "lab-step NAME rc=N" around each step
 # (lab_step_check.sh reads them; each step's test gives its verdict), then the failed ones;
 # exits 0 once every step ran, so that a failing step fails its own test, not the boot's.
 set -u
@@ -18,7 +19,10 @@ for step in "$@"; do
   dir="$VMESH_SHARED/steps/$name"
   mkdir -p "$dir"
   # shellcheck disable=SC2086 # ENV and ARGS are word lists by design
-  env LD_LIBRARY_PATH="$plugin_dir" $envs "$e2e" $args --shared "$dir" --deadline "$deadline"
+  case "$args" in
+    /*) env LD_LIBRARY_PATH="$plugin_dir" $envs timeout "$deadline" $args ;;
+    *) env LD_LIBRARY_PATH="$plugin_dir" $envs "$e2e" $args --shared "$dir" --deadline "$deadline" ;;
+  esac
   rc=$?
   echo "lab-step $name rc=$rc"
   [ "$rc" -eq 0 ] || failed+=("$name")
