@@ -231,6 +231,30 @@ void Fabric::loadPace(Device* d) {
         it->second.wire.c_str(), it->second.wireRate, static_cast<long long>(it->second.delayNs));
 }
 
+Pacer* Fabric::inboundPacer(uint32_t addr) {
+  auto found = inbound.find(addr);
+  if (found != inbound.end()) return found->second.get();
+  std::unique_ptr<Pacer>& slot = inbound[addr];
+  std::ifstream in(settings.rates);
+  if (!in) return nullptr;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto table = parseRates(text.str(), nullptr);  // loadPace named any malformed line
+  auto it = table.find(inboundKey(addr));
+  if (it == table.end() || !it->second.capped()) return nullptr;
+  auto p = std::make_unique<Pacer>();
+  std::string why;
+  if (!p->configure(settings.dir, it->first, it->second, settings.burstNs, &why)) {
+    fprintf(stderr, "meshfab: %s: inbound rate not applied: %s\n", it->first.c_str(), why.c_str());
+    return nullptr;
+  }
+  paced = true;
+  trace("%s: inbound rate %.0f B/s (wire %s %.0f B/s)", it->first.c_str(), it->second.fnRate,
+        it->second.wire.c_str(), it->second.wireRate);
+  slot = std::move(p);
+  return slot.get();
+}
+
 Device* Fabric::deviceForGid(const uint8_t gid[16]) {
   for (auto& d : devices) {
     if (!d->present || d->contexts.empty()) continue;

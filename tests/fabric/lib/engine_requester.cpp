@@ -265,12 +265,13 @@ uint64_t nextWireBytes(Fabric* f, Qp* qp) {
   return wireBytes(seg, packets(seg, mtuBytes(qp)), extra);
 }
 
-// Takes the next packet's bytes from its port's caps; false when the caps are not free yet
-// (*retry: the earliest time one of the conn's waiting ports is).
+// Takes the next packet's bytes from its port's caps and its destination's inbound ones;
+// false when the caps are not free yet (*retry: the earliest time one of the conn's waiting
+// ports is).
 bool paced(Fabric* f, Qp* qp, int64_t now, int64_t* retry) {
-  if (!qp->dev->pacer.capped()) return true;
+  if (!qp->dev->pacer.capped() && qp->inbound == nullptr) return true;
   int64_t at = 0;
-  if (qp->dev->pacer.tryTransmit(nextWireBytes(f, qp), now, &at)) return true;
+  if (qp->dev->pacer.tryTransmit(nextWireBytes(f, qp), now, &at, qp->inbound, &qp->inboundSlot)) return true;
   count(f, qp->dev, kPacedWaits);
   *retry = std::min(*retry, at);
   return false;

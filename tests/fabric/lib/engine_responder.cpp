@@ -229,6 +229,7 @@ void writeResponses(Fabric* f, Conn* c) {
     if (it.hdr.op != PktOp::ReadResp) {
       if (!room(c, kHdr)) return;
       if (pacer.capped()) pacer.chargeAnyway(wireBytes(0, 1, kAethBytes), now);  // never held
+      if (it.qp->inbound != nullptr) it.qp->inbound->chargeAnyway(wireBytes(0, 1, kAethBytes), now);
       c->tx.put(0, &it.hdr, kHdr);
       publish(c, kHdr);
       count(f, it.qp->dev, kSentPkts);
@@ -253,7 +254,9 @@ void writeResponses(Fabric* f, Conn* c) {
     }
     if (!room(c, kHdr + seg)) return;
     int64_t at = 0;
-    if (pacer.capped() && !pacer.tryTransmit(wireBytes(seg, packets(seg, mtu), kAethBytes), now, &at)) {
+    if ((pacer.capped() || qp->inbound != nullptr) &&
+        !pacer.tryTransmit(wireBytes(seg, packets(seg, mtu), kAethBytes), now, &at, qp->inbound,
+                           &qp->respInboundSlot)) {
       count(f, qp->dev, kPacedWaits);
       f->waitUntil(&c->txReadyAt, at);
       return;

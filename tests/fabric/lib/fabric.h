@@ -201,6 +201,9 @@ struct Qp {
   uint64_t generation = 0;  // bumped on RESET/ERR: stale packets and timers are ignored
   std::string regPath;      // its QPN entry in the registry
   int asyncOut = 0;         // async events read, not yet acked
+  Pacer* inbound = nullptr; // the destination's inbound caps (a switch port, pace.h); set at RTR
+  int64_t inboundSlot = 0;  // the next request packet's slot there (0: none yet)
+  int64_t respInboundSlot = 0;  // the next READ response packet's
 
   // Send queue: monotonically increasing indices; slot = index % sq.size().
   std::vector<SendWqe> sq;
@@ -374,6 +377,10 @@ class Fabric {
   void forgetMr(Mr* mr);
   void waitUntil(int64_t* slot, int64_t ns);  // a conn waits for a cap or a delay until ns
   void loadPace(Device* d);    // the device's caps from the rates file (device.cpp)
+  // The inbound caps of IPv4 address `addr` (host order; a switch's port towards it, pace.h),
+  // or nullptr when it has none. Opened once per address, kept until the fabric shuts down.
+  Pacer* inboundPacer(uint32_t addr);
+  std::map<uint32_t, std::unique_ptr<Pacer>> inbound;  // by address; nullptr: no caps
 
   // completions (cq.cpp)
   bool pushCqe(Cq* cq, const Cqe& e);

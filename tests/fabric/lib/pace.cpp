@@ -2,6 +2,7 @@
 // Link rates: the rates file and the shared token buckets (see pace.h).
 #include "pace.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -61,7 +62,19 @@ std::map<std::string, PaceConfig> parseRates(const std::string& text, std::strin
     std::string key, word;
     if (!(words >> key)) continue;  // blank or comment
     PaceConfig cfg;
-    std::string bad = validKey(key) ? "" : "port key '" + key + "' is not 12 hex digits";
+    std::string bad;
+    bool inbound = key == "in";
+    if (inbound) {
+      std::string addr;
+      in_addr a{};
+      if (words >> addr && inet_pton(AF_INET, addr.c_str(), &a) == 1) {
+        key = inboundKey(ntohl(a.s_addr));
+      } else {
+        bad = "'in' needs an IPv4 address, not '" + addr + "'";
+      }
+    } else if (!validKey(key)) {
+      bad = "port key '" + key + "' is not 12 hex digits";
+    }
     while (bad.empty() && words >> word) {
       size_t eq = word.find('=');
       std::string name = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
@@ -79,6 +92,7 @@ std::map<std::string, PaceConfig> parseRates(const std::string& text, std::strin
       }
     }
     if (bad.empty() && cfg.wireRate > 0 && cfg.wire.empty()) bad = "wire_rate without wire=<id>";
+    if (bad.empty() && inbound && cfg.delayNs > 0) bad = "an inbound cap has no delay (the sender's cable has it)";
     if (!bad.empty()) {
       if (errors != nullptr) *errors += "line " + std::to_string(number) + ": " + bad + "\n";
       continue;
@@ -133,6 +147,16 @@ void Bucket::charge(uint64_t bytes, int64_t now, int64_t burst) {
   page_->wireBytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+int64_t Bucket::reserve(uint64_t bytes, int64_t now, int64_t burst) {
+  int64_t cost = static_cast<int64_t>(std::llround(static_cast<double>(bytes) * nsPerByte_));
+  int64_t cur = page_->next.load(std::memory_order_relaxed), start = 0;
+  do {
+    start = std::max(cur, now - burst);
+  } while (!page_->next.compare_exchange_weak(cur, start + cost, std::memory_order_acq_rel, std::memory_order_relaxed));
+  page_->wireBytes.fetch_add(bytes, std::memory_order_relaxed);
+  return start;
+}
+
 bool Pacer::configure(const std::string& dir, const std::string& key, const PaceConfig& cfg, int64_t burstNs,
                       std::string* why) {
   cfg_ = cfg;
@@ -143,16 +167,43 @@ bool Pacer::configure(const std::string& dir, const std::string& key, const Pace
   return true;
 }
 
-bool Pacer::tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt) {
+int64_t Pacer::readyAt(int64_t now) const {
   int64_t ready = now - burstNs_;
   if (fn_.active()) ready = std::max(ready, fn_.readyAt(now, burstNs_));
   if (wire_.active()) ready = std::max(ready, wire_.readyAt(now, burstNs_));
+  return ready;
+}
+
+bool Pacer::tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt, Pacer* inbound, int64_t* slot) {
+  int64_t ready = readyAt(now);
   if (ready > now) {
     *retryAt = ready;
     return false;
   }
+  if (inbound != nullptr) {
+    if (*slot == 0) *slot = std::max<int64_t>(1, inbound->reserve(bytes, now));
+    if (*slot > now) {
+      *retryAt = *slot;
+      return false;
+    }
+  }
   chargeAnyway(bytes, now);
+  if (inbound != nullptr) *slot = 0;
   return true;
+}
+
+int64_t Pacer::reserve(uint64_t bytes, int64_t now) {
+  int64_t start = now - burstNs_;
+  if (fn_.active()) start = std::max(start, fn_.reserve(bytes, now, burstNs_));
+  if (wire_.active()) start = std::max(start, wire_.reserve(bytes, now, burstNs_));
+  return start;
+}
+
+std::string inboundKey(uint32_t addr) {
+  char text[INET_ADDRSTRLEN] = {};
+  in_addr a{htonl(addr)};
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  return std::string("in-") + text;
 }
 
 void Pacer::chargeAnyway(uint64_t bytes, int64_t now) {

@@ -20,6 +20,19 @@
 // scripts/fabric-net, one line per port, keyed by its MAC (the device key):
 //   <mac hex> fn=<bytes/s> wire=<id> wire_rate=<bytes/s> delay_ns=<ns>
 // A port without a line, or a rate of 0, is not capped: the fabric then behaves as before.
+//
+// Inbound caps (a switch): on a cable every port has one peer, so capping senders caps what
+// each port receives too. Behind a switch several nodes send to one port at once, and what
+// reaches it is held to the switch's port towards it: its cable's rate, and the receiving
+// function's. Lines keyed by the destination's IPv4 address give those caps:
+//   in <a.b.c.d> fn=<bytes/s> wire=<id> wire_rate=<bytes/s>
+// (stored under the key "in-a.b.c.d"). A sender to that address draws from these buckets as
+// well as from its own port's, so together the senders get no more than the destination's
+// cable. It reserves its packet's slot there (Pacer::reserve) once its own caps are free and
+// goes when the slot comes: the senders' packets take turns in the order they asked, as in a
+// switch port's queue, however late each sender's thread wakes up. (Checking the shared
+// bucket and charging it only when free would give the slot to whichever sender looks first:
+// on the fabric one of two senders got 13 MB/s of 185.)
 #pragma once
 
 #include <atomic>
@@ -76,6 +89,8 @@ class Bucket {
   int64_t readyAt(int64_t now, int64_t burst) const;
   // Takes `bytes` of the cap: next = max(next, now - burst) + bytes / rate.
   void charge(uint64_t bytes, int64_t now, int64_t burst);
+  // The same, returning when the bytes' turn starts: max(next, now - burst) before the charge.
+  int64_t reserve(uint64_t bytes, int64_t now, int64_t burst);
 
  private:
   BucketPage* page_ = nullptr;
@@ -93,16 +108,26 @@ class Pacer {
   int64_t delayNs() const { return cfg_.delayNs; }
   const PaceConfig& config() const { return cfg_; }
   // A packet of `bytes` on the wire: true when it may leave now (and is charged); otherwise
-  // false and *retryAt is when to try again.
-  bool tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt);
+  // false and *retryAt is when to try again. With `inbound` (the destination's caps: a
+  // switch's port towards it), once this port's caps are free the packet takes a slot there
+  // and keeps it in *slot (0: none yet) until it goes; the sender keeps *slot per packet.
+  bool tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt, Pacer* inbound = nullptr,
+                   int64_t* slot = nullptr);
   // Charges without waiting (ACKs and NAKs: small, and never held behind data).
   void chargeAnyway(uint64_t bytes, int64_t now);
+  // Takes `bytes` of both caps and returns when the later of their turns starts.
+  int64_t reserve(uint64_t bytes, int64_t now);
+  // When both caps are free (now - burst at the earliest).
+  int64_t readyAt(int64_t now) const;
 
  private:
   PaceConfig cfg_;
   Bucket fn_, wire_;
   int64_t burstNs_ = 0;
 };
+
+// The rates file's key for the inbound caps of IPv4 address `addr` (host order).
+std::string inboundKey(uint32_t addr);
 
 // CLOCK_MONOTONIC in nanoseconds (the clock of every bucket and of Packet::arriveNs).
 int64_t monoNs();

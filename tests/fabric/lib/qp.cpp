@@ -566,6 +566,12 @@ int ibv_modify_qp(ibv_qp* iqp, ibv_qp_attr* attr, int mask) {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       return ETIMEDOUT;
     }
+    // Behind a switch, what it sends is held to the destination's port too (pace.h); a QP to
+    // its own port (a loopback, the GPUDirect flush's) never reaches the switch.
+    uint32_t v4 = 0;
+    bool own = false;
+    for (const ibv_gid& g : qp->dev->port.gids) own = own || memcmp(g.raw, attr->ah_attr.grh.dgid.raw, 16) == 0;
+    qp->inbound = !own && ipv4Of(attr->ah_attr.grh.dgid.raw, &v4) ? f->inboundPacer(v4) : nullptr;
   }
   applyAttrs(qp, attr, mask);
   if (to != from) {

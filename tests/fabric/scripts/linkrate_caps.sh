@@ -7,6 +7,9 @@
 #      ceiling (a transfer takes at least its wire bytes / rate);
 #   2. both functions stream at once: each within its own ceiling, and together within
 #      the wire's, which is below the sum of the two functions' caps (they share the wire).
+# On a switch instead (scripts/fabric-net run --topology switch --nodes 3 --rate WIRE, with
+# LINKRATE_FN=0): nodes 1 and 2 stream to node 0 at once, and together must stay within
+# node 0's cable (the switch's port towards it: pace.h's inbound caps), not twice it.
 # Every check is an upper bound: a slow machine cannot make it pass by accident, only a cap
 # that does not hold makes it fail. A margin of 3 % covers the buckets' burst allowance
 # (MESHFAB_PACE_BURST_US) over a 2 s run. Rank 0 prints LINKRATE_CAPS lines with the figures.
@@ -14,7 +17,6 @@
 # shellcheck source-path=SCRIPTDIR source=../../lab/lib.sh
 . "$(dirname "$0")/../../lab/lib.sh"
 
-[ "$VMESH_NODES" -eq 2 ] || lab_fail "needs 2 nodes"
 [ -n "${LINKRATE_WIRE:-}" ] && [ -n "${LINKRATE_FN:-}" ] || lab_fail "LINKRATE_WIRE and LINKRATE_FN must be set"
 SECONDS_PER_RUN=${LINKRATE_SECONDS:-2}
 
@@ -38,6 +40,39 @@ peer_addr() {  # the peer's address on netdev $1
 }
 
 common="-x 1 -F -s 1048576 -D $SECONDS_PER_RUN"
+
+# Two senders into one port of a switch.
+incast() {
+    [ "$VMESH_NODES" -eq 3 ] || lab_fail "the switch check needs 3 nodes"
+    if [ "$VMESH_RANK" -eq 0 ]; then
+        lab_serve in1 21201 ib_write_bw -d fab_sw -p 21201 $common
+        lab_serve in2 21202 ib_write_bw -d fab_sw -p 21202 $common
+        lab_publish_servers
+        lab_reap_servers
+        lab_poll 60 test -s "$VMESH_SHARED/incast.1" || lab_fail "node 1 reported no figure"
+        lab_poll 60 test -s "$VMESH_SHARED/incast.2" || lab_fail "node 2 reported no figure"
+        a=$(cat "$VMESH_SHARED/incast.1")
+        b=$(cat "$VMESH_SHARED/incast.2")
+        sum=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a + b }')
+        wire=$(ceiling "$LINKRATE_WIRE")
+        echo "LINKRATE_CAPS incast node1=${a} node2=${b} sum=${sum} MB/s into node 0's cable, ceiling=${wire}"
+        at_most "$sum" "$wire" || lab_fail "two senders moved $sum MB/s into node 0, above its cable's ceiling $wire MB/s"
+        echo "LINKRATE_CAPS ok"
+        return
+    fi
+    lab_client "in$VMESH_RANK" ib_write_bw -d fab_sw -p $((21200 + VMESH_RANK)) $common 198.18.0.1 \
+        >"$LAB_TMP/in.out" 2>&1 || { cat "$LAB_TMP/in.out"; lab_fail "ib_write_bw to node 0 failed"; }
+    figure=$(measured "$LAB_TMP/in.out")
+    [ -n "$figure" ] || { cat "$LAB_TMP/in.out"; lab_fail "no figure from ib_write_bw"; }
+    echo "$figure" >"$VMESH_SHARED/incast.tmp.$VMESH_RANK"
+    mv "$VMESH_SHARED/incast.tmp.$VMESH_RANK" "$VMESH_SHARED/incast.$VMESH_RANK"
+}
+if [ "$VMESH_TOPOLOGY" = switch ]; then
+    incast
+    exit 0
+fi
+
+[ "$VMESH_NODES" -eq 2 ] || lab_fail "needs 2 nodes"
 if [ "$VMESH_RANK" -eq 1 ]; then
     lab_serve alone 21100 ib_write_bw -d fab_p0 -p 21100 $common
     lab_serve both0 21101 ib_write_bw -d fab_p0 -p 21101 $common

@@ -64,6 +64,85 @@ TEST(PaceRates, NoRateIsUncapped) {
   EXPECT_FALSE(t.at("525400000001").any());
 }
 
+TEST(PaceRates, InboundCapsAreKeyedByTheDestinationsAddress) {
+  std::string errors;
+  auto t = parseRates(
+      "525410fe0000 fn=0 wire=S-n0 wire_rate=400000000 delay_ns=0\n"
+      "in 198.18.0.1 fn=224000000 wire=S-n0-in wire_rate=400000000\n"
+      "in 198.18.300.1 fn=1\n"            // not an address
+      "in\n"                              // none at all
+      "in 198.18.0.2 fn=1 delay_ns=5\n",  // the sender's cable has the delay, not the switch port
+      &errors);
+  ASSERT_EQ(t.size(), 2u) << errors;
+  EXPECT_EQ(inboundKey(0xc6120001u), "in-198.18.0.1");
+  const PaceConfig& c = t.at(inboundKey(0xc6120001u));
+  EXPECT_DOUBLE_EQ(c.fnRate, 224e6);
+  EXPECT_DOUBLE_EQ(c.wireRate, 400e6);
+  EXPECT_EQ(c.wire, "S-n0-in");
+  for (const char* line : {"line 3:", "line 4:", "line 5:"}) {
+    EXPECT_NE(errors.find(line), std::string::npos) << line << " in:\n" << errors;
+  }
+}
+
+// Two nodes send into one switch port whose cap is their shared bucket. Sender B's thread
+// always wakes up late (here 40 % of a packet's time after it was told to retry), A's on
+// time. A switch port's queue serves them in turn all the same: each packet reserves its slot
+// when its sender first asks, so B gets its half. (Checking the bucket and charging it only
+// when free gave A nearly everything: B found the slot taken every time it woke.)
+TEST(PaceBucket, SendersIntoOneSwitchPortTakeTurnsHoweverLateTheyWake) {
+  TempDir dir;
+  PaceConfig port, in;
+  port.fnRate = 1e9;  // each sender's own port: 1 byte/ns, as fast as the destination
+  in.wireRate = 1e9;  // the switch port towards the destination: 1 byte/ns for both together
+  in.wire = "S-n0-in";
+  Pacer a, b, inbound;
+  std::string why;
+  ASSERT_TRUE(a.configure(dir.path(), "525410fe0001", port, 0, &why)) << why;
+  ASSERT_TRUE(b.configure(dir.path(), "525410fe0002", port, 0, &why)) << why;
+  ASSERT_TRUE(inbound.configure(dir.path(), inboundKey(0xc6120001u), in, 0, &why)) << why;
+  const uint64_t packet = 1000;  // 1000 ns at the cap
+  const int64_t lateB = 400;
+  int64_t t = 1000000;
+  const int64_t end = t + 1000000;
+  int64_t nextA = t, nextB = t, slotA = 0, slotB = 0;
+  uint64_t sentA = 0, sentB = 0;
+  while (std::min(nextA, nextB) < end) {
+    bool turnA = nextA <= nextB;
+    int64_t& next = turnA ? nextA : nextB;
+    int64_t retry = 0;
+    if ((turnA ? a : b).tryTransmit(packet, next, &retry, &inbound, turnA ? &slotA : &slotB)) {
+      (turnA ? sentA : sentB) += packet;
+    } else {
+      next = retry + (turnA ? 0 : lateB);
+    }
+  }
+  // Together at most the switch port's 1 byte/ns (+ a packet each), and B about half of it.
+  EXPECT_LE(sentA + sentB, 1000000u + 2 * packet);
+  EXPECT_GE(sentA + sentB, 1000000u * 9 / 10);
+  EXPECT_NEAR(static_cast<double>(sentA), static_cast<double>(sentB), 0.1 * 1000000) << "A " << sentA << " B " << sentB;
+}
+
+// Without a slot of its own a sender waits for its own port first: the switch port's slot is
+// taken only once the packet could leave, so a sender at its own cap holds no slot from others.
+TEST(PaceBucket, ASenderAtItsOwnCapTakesNoSwitchSlot) {
+  TempDir dir;
+  PaceConfig port, in;
+  port.fnRate = 1e9;
+  in.wireRate = 1e9;
+  in.wire = "S-n0-in";
+  Pacer a, inbound;
+  std::string why;
+  ASSERT_TRUE(a.configure(dir.path(), "525410fe0001", port, 0, &why)) << why;
+  ASSERT_TRUE(inbound.configure(dir.path(), inboundKey(0xc6120001u), in, 0, &why)) << why;
+  int64_t now = 1000000, retry = 0, slot = 0;
+  ASSERT_TRUE(a.tryTransmit(1000, now, &retry, &inbound, &slot));  // both free: goes, no slot left
+  EXPECT_EQ(slot, 0);
+  EXPECT_FALSE(a.tryTransmit(1000, now, &retry, &inbound, &slot));  // its own port is busy
+  EXPECT_EQ(retry, now + 1000);
+  EXPECT_EQ(slot, 0) << "a slot was taken while the sender's own port was busy";
+  EXPECT_EQ(inbound.readyAt(now), now + 1000);  // only the first packet's bytes there
+}
+
 TEST(PaceWire, OverheadIsRoceV2OnEthernet) {
   // One full 4096-byte packet: the ceiling is 4096 / 4178 of the line rate.
   EXPECT_EQ(wireBytes(4096, 1, 0), 4178u);
