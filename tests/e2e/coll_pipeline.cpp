@@ -305,6 +305,21 @@ Traffic alltoallTraffic(int n) {
 
 double algbwBound(const Context& ctx, const Traffic& traffic, double cableBytesPerS, std::string* how) {
   int n = ctx.nodes;
+  if (ctx.topology == "switch") {
+    // Every node has one cable, to the switch: what it sends leaves on it, what it receives
+    // arrives on it (the switch's port towards it), whoever the peer.
+    double worst = 0;
+    for (int a = 0; a < n; ++a) {
+      double out = 0, in = 0;
+      for (int b = 0; b < n; ++b) {
+        out += traffic[static_cast<size_t>(a)][static_cast<size_t>(b)];
+        in += traffic[static_cast<size_t>(b)][static_cast<size_t>(a)];
+      }
+      worst = std::max(worst, std::max(out, in));
+    }
+    *how = format("busiest node's cable to the switch carries %.3f S", worst);
+    return cableBytesPerS / worst;
+  }
   struct Flow {
     double bytes;
     std::vector<std::vector<int>> paths;

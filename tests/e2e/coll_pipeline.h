@@ -117,7 +117,9 @@ Traffic alltoallTraffic(int n);       // S/n to every other rank
 
 // The largest algorithm bandwidth (S per second) the cabling allows for `traffic` when
 // every cable moves `cableBytesPerS` per direction and a pair without a cable goes over a
-// shortest path of cables (the best choice of paths, one path per pair); *how describes it.
+// shortest path of cables (the best choice of paths, one path per pair); on a switch
+// (topology "switch") every node's one cable carries all it sends and all it receives;
+// *how describes it.
 double algbwBound(const Context& ctx, const Traffic& traffic, double cableBytesPerS, std::string* how);
 
 }  // namespace e2e

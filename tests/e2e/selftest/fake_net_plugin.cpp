@@ -73,7 +73,7 @@ bool readAll(int fd, void* p, size_t n) {
 
 std::vector<std::pair<int, int>> pairs() {
   std::vector<std::pair<int, int>> out;
-  if (gTopo == "full") {
+  if (gTopo == "full" || gTopo == "switch") {  // a switch: every pair reaches the other
     for (int i = 0; i < gNodes; ++i) for (int j = i + 1; j < gNodes; ++j) out.push_back({i, j});
   } else if (gTopo == "line") {
     for (int i = 0; i + 1 < gNodes; ++i) out.push_back({i, i + 1});
