@@ -175,20 +175,28 @@ int64_t Pacer::readyAt(int64_t now) const {
 }
 
 bool Pacer::tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt, Pacer* inbound, int64_t* slot) {
+  if (inbound != nullptr && *slot != 0) {  // it left this port when it took the slot: it goes then
+    if (*slot > now) {
+      *retryAt = *slot;
+      return false;
+    }
+    *slot = 0;
+    return true;
+  }
   int64_t ready = readyAt(now);
   if (ready > now) {
     *retryAt = ready;
     return false;
   }
+  chargeAnyway(bytes, now);
   if (inbound != nullptr) {
-    if (*slot == 0) *slot = std::max<int64_t>(1, inbound->reserve(bytes, now));
-    if (*slot > now) {
-      *retryAt = *slot;
+    int64_t at = inbound->reserve(bytes, now);
+    if (at > now) {
+      *slot = at;
+      *retryAt = at;
       return false;
     }
   }
-  chargeAnyway(bytes, now);
-  if (inbound != nullptr) *slot = 0;
   return true;
 }
 

@@ -28,11 +28,13 @@
 //   in <a.b.c.d> fn=<bytes/s> wire=<id> wire_rate=<bytes/s>
 // (stored under the key "in-a.b.c.d"). A sender to that address draws from these buckets as
 // well as from its own port's, so together the senders get no more than the destination's
-// cable. It reserves its packet's slot there (Pacer::reserve) once its own caps are free and
-// goes when the slot comes: the senders' packets take turns in the order they asked, as in a
-// switch port's queue, however late each sender's thread wakes up. (Checking the shared
-// bucket and charging it only when free would give the slot to whichever sender looks first:
-// on the fabric one of two senders got 13 MB/s of 185.)
+// cable. Once its own caps are free it charges them (the packet has left its port) and
+// reserves the packet's slot at the destination (Pacer::reserve); the packet goes when the
+// slot comes, whatever its port sends meanwhile: it waits in the switch port's queue, and
+// the senders' packets take turns in the order they asked, however late each sender's thread
+// wakes up. (Checking the shared bucket and charging it only when free gave the slot to
+// whichever sender looked first: one of two senders got 13 MB/s of 185. Waiting for its own
+// port again at the slot lost the slot: a switch all-to-all at 0.85 of its bound, 0.95 now.)
 #pragma once
 
 #include <atomic>
@@ -109,8 +111,9 @@ class Pacer {
   const PaceConfig& config() const { return cfg_; }
   // A packet of `bytes` on the wire: true when it may leave now (and is charged); otherwise
   // false and *retryAt is when to try again. With `inbound` (the destination's caps: a
-  // switch's port towards it), once this port's caps are free the packet takes a slot there
-  // and keeps it in *slot (0: none yet) until it goes; the sender keeps *slot per packet.
+  // switch's port towards it), once this port's caps are free they are charged and the packet
+  // takes a slot there, kept in *slot (0: none) until it comes; the sender keeps *slot per
+  // packet.
   bool tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt, Pacer* inbound = nullptr,
                    int64_t* slot = nullptr);
   // Charges without waiting (ACKs and NAKs: small, and never held behind data).
