@@ -41,15 +41,19 @@
 # NCCL's ring all-reduce (2 channels, 512 KiB slices), 256 MiB, 20 iterations each, --rounds
 # runs (default 5); per figure the median over runs of each run's median per-iteration ratio
 # plugin / NCCL IB, then one line:
-#   VSNCCLIB sendrecv=R sendrecv_oldest=R ring=R spark_sendrecv=R
+#   VSNCCLIB sendrecv=R sendrecv_oldest=R ring=R spark_sendrecv=R switch4_spark_alltoall=R
 # (sendrecv_oldest: each connection's oldest request tested once per pass, as NCCL's proxy
 # does, not every one in flight; spark_sendrecv: one DGX Spark cable, the plugin's one device
 # of two functions and 2 channels against NCCL IB's two devices and 4 channels, as NCCL ran
-# them on the GPU machine)
+# them on the GPU machine; switch4_spark_alltoall: 4 nodes on a switch, DGX Spark cables to
+# it with a rate (25M, functions 14M: NVIDIA's switched layout, where NCCL IB works too), an
+# all-to-all of 32 MiB with two comms per peer, NCCL IB's one on each function; its summary
+# row also gives the plugin's fraction of the switch's bound, each node's one cable)
 #
 # usage: scripts/bench-fabric.sh --link-rate [--build DIR] [--rate R] [--fn-rate R]
 #                                [--rounds 3] [--out DIR]
 #        scripts/bench-fabric.sh --vs-nccl-ib [--build DIR] [--nccl LIB] [--rate R] [--rounds 5]
+#                                [--figures sendrecv,sendrecv_oldest,ring,spark_sendrecv,switch4_spark_alltoall]
 #        scripts/bench-fabric.sh --calibrate [--build DIR] [--rates 250M,500M,...] [--seconds 3]
 #   --build DIR   the CMake build tree (default <repo>/build): plugin, tools, mesh_e2e, drop-in
 #   --rate R      every cable's rate per direction (default 25M = 25 MB/s: half the highest
@@ -59,6 +63,8 @@
 #                 a 196 Gb/s cable, as users measure on a DGX Spark)
 #   --nccl LIB    the libnccl.so.2 whose IB transport is the reference (default: ldconfig's,
 #                 else /usr/local/cuda/lib64/libnccl.so.2); it must keep its symbol table
+#   --figures L   --vs-nccl-ib's figures to take (default all; switch4_spark_alltoall is held to
+#                 its links' rate: about 15 s a run whatever the cores)
 #   --calibrate   ib_write_bw on every cable direction of a 4-node ring at once (8 streams,
 #                 16 perftest processes), --rounds times for each of --rates: every stream's
 #                 best round, and the lowest of those as a fraction of the cap
@@ -74,6 +80,7 @@ OUT=""
 MODE=""
 RATES="125M,250M,500M,1000M"
 NCCL_LIB=""
+FIGURES=""
 RATE_SET=0
 SECONDS_PER_STREAM=3
 
@@ -336,12 +343,13 @@ link_rate() {
 # coll-bench --vs on a 2-node fabric: the plugin and NCCL's IB transport in the same two
 # processes, iterations alternating; the drop-in first in LD_LIBRARY_PATH (NCCL's IB transport
 # dlopens libibverbs.so).
-vs_run() {  # vs_run LIB ALGO ARGS...: every rank's output (VS_NET: more fabric-net arguments)
+vs_run() {  # vs_run LIB ALGO ARGS...: every rank's output (VS_NET: more fabric-net arguments,
+            # VS_NODES: the nodes, default 2)
     local lib=$1 algo=$2 rate=() net
     shift 2
-    [ "$RATE_SET" = 1 ] && rate=(--rate "$RATE")
+    [ "$RATE_SET" = 1 ] && [[ "${VS_NET:-}" != *--rate* ]] && rate=(--rate "$RATE")
     read -r -a net <<<"${VS_NET:-}"
-    fabric --nodes 2 "${rate[@]}" "${net[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
+    fabric --nodes "${VS_NODES:-2}" "${rate[@]}" "${net[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
         "$BUILD/tests/e2e/mesh_e2e" coll-bench --vs "nccl-ib:$lib" --algo "$algo" "$@" 2>&1
 }
 
@@ -364,20 +372,33 @@ vs_nccl_ib() {
     declare -A ARGS=([sendrecv]="--bytes 256M --channels 2 --slice 128K --iters 20"
                      [ring]="--bytes 256M --channels 2 --slice 512K --iters 20"
                      [spark_sendrecv]="--bytes 256M --channels 2 --ref-channels 4 --spread-devices --slice 128K --iters 20"
-                     [sendrecv_oldest]="--bytes 256M --channels 2 --slice 128K --iters 20 --test-oldest")
-    local figures=(sendrecv sendrecv_oldest ring spark_sendrecv)
+                     [sendrecv_oldest]="--bytes 256M --channels 2 --slice 128K --iters 20 --test-oldest"
+                     [switch4_spark_alltoall]="--bytes 32M --peer-channels 2 --spread-devices --iters 5 --ceiling 24509573")
+    local figures=(sendrecv sendrecv_oldest ring spark_sendrecv switch4_spark_alltoall) f
+    if [ -n "$FIGURES" ]; then
+        for f in ${FIGURES//,/ }; do
+            [ -n "${ARGS[$f]:-}" ] || die "--figures: no figure $f (${figures[*]})"
+        done
+        read -r -a figures <<<"${FIGURES//,/ }"
+    fi
     for round in $(seq 1 "$ROUNDS"); do
         echo "bench-fabric: round $round of $ROUNDS" | tee -a "$LOG"
         for algo in "${figures[@]}"; do
             read -r -a args <<<"${ARGS[$algo]}"
-            VS_NET=""
+            VS_NET="" VS_NODES=2
             [ "$algo" = spark_sendrecv ] && VS_NET="--functions 2"
+            if [ "$algo" = switch4_spark_alltoall ]; then
+                VS_NODES=4
+                VS_NET="--topology switch --functions 2 --fn-subnets split --rate 25M --fn-rate 14M"
+            fi
             local a=${algo#spark_}
+            a=${a#switch4_spark_}
             out=$(vs_run "$lib" "${a%_oldest}" "${args[@]}")
             echo "$out" >>"$LOG"
             record "${algo}_ratio" "$(echo "$out" | field vs_ratio_median 0)"
             record "${algo}_plugin" "$(echo "$out" | field busbw_MBps 0)"
             record "${algo}_ib" "$(echo "$out" | field ref_busbw_MBps 0)"
+            [ "$algo" = switch4_spark_alltoall ] && record "${algo}_fraction" "$(echo "$out" | field fraction 0)"
         done
     done
     local line="VSNCCLIB" r
@@ -394,6 +415,11 @@ vs_nccl_ib() {
             echo "| ${algo} (${ARGS[$algo]}) | ${r:--} | $(median "${algo}_plugin" %.0f) | $(median "${algo}_ib" %.0f) |"
             line+=" $algo=${r:-missing}"
         done
+        if [[ " ${figures[*]} " == *" switch4_spark_alltoall "* ]]; then
+            echo
+            echo "switch4_spark_alltoall: 4 nodes on a switch, Spark cables to it at 25 MB/s (functions 14 MB/s);"
+            echo "  the plugin's busbw / the switch's bound (each node's one cable): $(median switch4_spark_alltoall_fraction)"
+        fi
         echo
         echo "$line"
     } | tee "$OUT/summary.txt"
@@ -435,6 +461,7 @@ main() {
             --link-rate) MODE=link-rate; shift ;;
             --vs-nccl-ib) MODE=vs-nccl-ib; shift ;;
             --nccl) NCCL_LIB=$2; shift 2 ;;
+            --figures) FIGURES=$2; shift 2 ;;
             --calibrate) MODE=calibrate; shift ;;
             --build) BUILD=$2; shift 2 ;;
             --rate) RATE=$2; RATE_SET=1; shift 2 ;;

@@ -86,6 +86,7 @@ case "\${1:-}" in
      rc=\$?
      lib=\$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
      timeout 120 scripts/bench-fabric.sh --vs-nccl-ib --rounds 3 --build build-lease \\
+       --figures sendrecv,sendrecv_oldest,ring,spark_sendrecv \\
        \${lib:+--nccl "\$lib"} --out "\$OUT/vs" >"\$OUT/vs-nccl-ib.txt" 2>&1
      echo "bench-fabric --vs-nccl-ib: exit \$?" >>"\$OUT/vs-nccl-ib.txt"
      exit "\$rc" ;;

@@ -53,7 +53,7 @@ const ScenarioInfo kScenarios[] = {
      "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
      "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
      "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
-    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays", "quiet-leg-share", "vs", "ref-channels", "spread-devices", "test-oldest"},
+    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays", "quiet-leg-share", "vs", "ref-channels", "spread-devices", "peer-channels", "test-oldest"},
      "[--algo ring|tree|alltoall|sendrecv|contention] [--bytes 64M] [--channels 4] [--slice 512K]\n"
      "                  [--iters 3] [--warmup 1] [--vs nccl-ib[:LIB]] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
      "                  pipelined as NCCL runs them (8 slots per connection), busbw and, with --ceiling, the\n"
@@ -64,8 +64,9 @@ const ScenarioInfo kScenarios[] = {
      "                  sends over one leg (NCCL's tree on a 4-ring: the leg whose first cable has no tree edge);\n"
      "                  --vs nccl-ib[:LIB]: NCCL's own IB transport beside the plugin in the same processes,\n"
      "                  iterations alternating, vs_ratio_median= plugin / NCCL IB per iteration pair (root),\n"
-     "                  [--ref-channels N] its channels; sendrecv [--spread-devices]: channel k on device\n"
-     "                  k % devices (a Spark cable: two devices to NCCL IB, or to the plugin in port mode);\n"
+     "                  [--ref-channels N] its channels; sendrecv, alltoall [--spread-devices]: channel k on\n"
+     "                  device k % devices (a Spark cable: two devices to NCCL IB, or to the plugin in port\n"
+     "                  mode); alltoall [--peer-channels 1]: comms per peer, each an equal part of each block;\n"
      "                  --test-oldest: test only each connection's oldest request per pass, as NCCL's proxy"},
     {"close-after-receive", runCloseAfterReceive, {"rounds", "size"},
      "[--rounds 10] [--size 64K]  2 nodes: the receiver closes once its receive is done; the\n"

@@ -107,11 +107,13 @@ class CollBench {
       return;
     } else {
       for (int p : otherRanks(ctx_)) peers.insert(p);
-      count = 1;
+      count = peerChannels_;
     }
     comms_.peers.assign(peers.begin(), peers.end());
     size_t mark = ctx_.net.logSize();
-    comms_.table = establish(ctx_, {comms_.peers, comms_.peers, count, name_ + "-" + algo_}, ctx_.deadline);
+    EstablishSpec spec{comms_.peers, comms_.peers, count, name_ + "-" + algo_};
+    if (spread_) ctx_.net.check(ctx_.net->devices(&spec.devices), "devices", "--spread-devices");
+    comms_.table = establish(ctx_, spec, ctx_.deadline);
     if (twins_) {
       // --twin-relays (NCCL_MESH_RELAY_TWIN=1): every connection to an uncabled peer went over
       // two relays (the plugin's INFO line per connect).
@@ -186,9 +188,13 @@ class CollBench {
     return secondsSince(t0);
   }
 
-  // sendrecv: channel k on device k % (the transport's devices), as NCCL spreads its channels
-  // over a node's NICs (a Spark cable is two devices to NCCL IB, or to the plugin in port mode).
+  // sendrecv and alltoall: channel k on device k % (the transport's devices), as NCCL spreads
+  // its channels over a node's NICs (a Spark cable is two devices to NCCL IB, or to the plugin
+  // in port mode).
   void spreadDevices(bool on) { spread_ = on; }
+  // alltoall: comms per peer, each carrying an equal part of every block (NCCL's channels per
+  // net peer, NCCL_NCHANNELS_PER_NET_PEER).
+  void peerChannels(int n) { peerChannels_ = n; }
   void testOldestOnly(bool on) { pipe_.testOldestOnly(on); }
   size_t streak() const { return pipe_.longestStreak(); }
   std::string calls() const { return pipe_.callSummary(); }
@@ -273,20 +279,25 @@ class CollBench {
 
   void buildAlltoall() {
     size_t blk = block();
+    int count = peerChannels_;
+    size_t part = blk / static_cast<size_t>(count) / 4 * 4;  // channel c: [c * part, ...); the last takes the rest
     for (int p : comms_.peers) {
-      int s = pipe_.addConn(comms_.table[p].send[0], true, format("alltoall send to rank %d", p));
-      int r = pipe_.addConn(comms_.table[p].recv[0], false, format("alltoall recv from rank %d", p));
-      std::vector<Step> sends, recvs;
-      for (size_t off = 0; off < blk; off += slice_) {
-        size_t n = std::min(slice_, blk - off);
-        Step st, rt;
-        st.sends.push_back(Xfer{s, blk * static_cast<size_t>(p) + off, n, POp::None});
-        rt.recvs.push_back(Xfer{r, bytes_ + blk * static_cast<size_t>(p) + off, n, POp::Copy});
-        sends.push_back(st);
-        recvs.push_back(rt);
+      for (int c = 0; c < count; ++c) {
+        int s = pipe_.addConn(comms_.table[p].send[static_cast<size_t>(c)], true, format("alltoall send to rank %d #%d", p, c));
+        int r = pipe_.addConn(comms_.table[p].recv[static_cast<size_t>(c)], false, format("alltoall recv from rank %d #%d", p, c));
+        size_t lo = part * static_cast<size_t>(c), hi = c + 1 == count ? blk : lo + part;
+        std::vector<Step> sends, recvs;
+        for (size_t off = lo; off < hi; off += slice_) {
+          size_t n = std::min(slice_, hi - off);
+          Step st, rt;
+          st.sends.push_back(Xfer{s, blk * static_cast<size_t>(p) + off, n, POp::None});
+          rt.recvs.push_back(Xfer{r, bytes_ + blk * static_cast<size_t>(p) + off, n, POp::Copy});
+          sends.push_back(st);
+          recvs.push_back(rt);
+        }
+        pipe_.addLane(sends);
+        pipe_.addLane(recvs);
       }
-      pipe_.addLane(sends);
-      pipe_.addLane(recvs);
     }
   }
 
@@ -298,6 +309,7 @@ class CollBench {
   size_t slice_;
   bool twins_ = false;
   bool spread_ = false;
+  int peerChannels_ = 1;
   HostBuffer data_;
   Pipeline pipe_;
   Comms comms_;
@@ -368,11 +380,15 @@ std::string runCollBench(Context& ctx) {
   if (vs && !parseNcclIbPlugin(ctx.opts.str("vs", ""), &vsLib)) fail("--vs: expected nccl-ib or nccl-ib:LIB");
   if (vs && ctx.opts.has("twin-relays")) fail("--vs compares one connection's transports: not with --twin-relays");
   bool spread = ctx.opts.has("spread-devices");
-  if (spread && algo != "sendrecv") fail("--spread-devices is for --algo sendrecv");
+  if (spread && algo != "sendrecv" && algo != "alltoall") fail("--spread-devices is for --algo sendrecv and alltoall");
+  int peerChannels = static_cast<int>(ctx.opts.integer("peer-channels", 1));
+  if (ctx.opts.has("peer-channels") && algo != "alltoall") fail("--peer-channels is for --algo alltoall");
+  if (peerChannels < 1 || peerChannels > 8) fail("--peer-channels 1..8");
   int refChannels = static_cast<int>(ctx.opts.integer("ref-channels", channels));
   if (refChannels < 1 || refChannels > 32) fail("--ref-channels 1..32");
   CollBench bench(ctx, algo, bytes, channels, slice, ctx.opts.has("twin-relays"));
   bench.spreadDevices(spread);
+  bench.peerChannels(peerChannels);
   bench.testOldestOnly(ctx.opts.has("test-oldest"));
   Clock::time_point t0 = Clock::now();
   bench.connect();
@@ -385,6 +401,7 @@ std::string runCollBench(Context& ctx) {
     ctx.net.use(1);
     ref.reset(new CollBench(ctx, algo, bytes, refChannels, slice, false, "ref"));
     ref->spreadDevices(spread);
+    ref->peerChannels(peerChannels);
     ref->testOldestOnly(ctx.opts.has("test-oldest"));
     ref->connect();
     ref->build();
@@ -437,7 +454,8 @@ std::string runCollBench(Context& ctx) {
   double algbw = static_cast<double>(bytes) / best, busbw = algbw * factor;
   std::string out = format("algo=%s bytes=%zu channels=%d slice=%zu connect_s=%.2f best_s=%.4f algbw_MBps=%.1f "
                            "busbw_MBps=%.1f data exact",
-                           algo.c_str(), bytes, channels, slice, connectS, best, algbw / 1e6, busbw / 1e6);
+                           algo.c_str(), bytes, algo == "alltoall" ? peerChannels : channels, slice, connectS, best,
+                           algbw / 1e6, busbw / 1e6);
   out += format(" streak=%zu iters_s=%s calls=%s", streak, each.c_str(), bench.calls().c_str());
   if (ceiling > 0 && algo != "sendrecv") {
     std::string how;
