@@ -572,6 +572,7 @@ int ibv_modify_qp(ibv_qp* iqp, ibv_qp_attr* attr, int mask) {
     bool own = false;
     for (const ibv_gid& g : qp->dev->port.gids) own = own || memcmp(g.raw, attr->ah_attr.grh.dgid.raw, 16) == 0;
     qp->inbound = !own && ipv4Of(attr->ah_attr.grh.dgid.raw, &v4) ? f->inboundPacer(v4) : nullptr;
+    qp->inboundSlot = qp->respInboundSlot = 0;  // a slot at an earlier destination is not this one's
   }
   applyAttrs(qp, attr, mask);
   if (to != from) {
