@@ -207,18 +207,26 @@ void Fabric::refreshDevices() {
   }
 }
 
-// A port's rate caps and delay come from the rates file (pace.h), once per device: the cables
-// of a network do not change while it is up.
-void Fabric::loadPace(Device* d) {
-  if (d->paceLoaded) return;
-  d->paceLoaded = true;
+// The rates file (pace.h), read once: the cables of a network do not change while it is up.
+// No file: no caps.
+const std::map<std::string, PaceConfig>& Fabric::rateTable() {
+  if (ratesRead) return rates;
+  ratesRead = true;
   std::ifstream in(settings.rates);
-  if (!in) return;  // no file: no caps
+  if (!in) return rates;
   std::stringstream text;
   text << in.rdbuf();
   std::string errors;
-  auto table = parseRates(text.str(), &errors);
+  rates = parseRates(text.str(), &errors);
   if (!errors.empty()) fprintf(stderr, "meshfab: %s: skipped:\n%s", settings.rates.c_str(), errors.c_str());
+  return rates;
+}
+
+// A port's rate caps and delay, once per device.
+void Fabric::loadPace(Device* d) {
+  if (d->paceLoaded) return;
+  d->paceLoaded = true;
+  const auto& table = rateTable();
   auto it = table.find(d->key);
   if (it == table.end() || !it->second.any()) return;
   std::string why;
@@ -235,11 +243,7 @@ Pacer* Fabric::inboundPacer(uint32_t addr) {
   auto found = inbound.find(addr);
   if (found != inbound.end()) return found->second.get();
   std::unique_ptr<Pacer>& slot = inbound[addr];
-  std::ifstream in(settings.rates);
-  if (!in) return nullptr;
-  std::stringstream text;
-  text << in.rdbuf();
-  auto table = parseRates(text.str(), nullptr);  // loadPace named any malformed line
+  const auto& table = rateTable();
   auto it = table.find(inboundKey(addr));
   if (it == table.end() || !it->second.capped()) return nullptr;
   auto p = std::make_unique<Pacer>();

@@ -377,6 +377,9 @@ class Fabric {
   void forgetMr(Mr* mr);
   void waitUntil(int64_t* slot, int64_t ns);  // a conn waits for a cap or a delay until ns
   void loadPace(Device* d);    // the device's caps from the rates file (device.cpp)
+  const std::map<std::string, PaceConfig>& rateTable();  // the rates file, parsed once
+  std::map<std::string, PaceConfig> rates;
+  bool ratesRead = false;
   // The inbound caps of IPv4 address `addr` (host order; a switch's port towards it, pace.h),
   // or nullptr when it has none. Opened once per address, kept until the fabric shuts down.
   Pacer* inboundPacer(uint32_t addr);

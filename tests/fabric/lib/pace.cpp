@@ -138,14 +138,7 @@ int64_t Bucket::readyAt(int64_t now, int64_t burst) const {
   return std::max(page_->next.load(std::memory_order_acquire), now - burst);
 }
 
-void Bucket::charge(uint64_t bytes, int64_t now, int64_t burst) {
-  int64_t cost = static_cast<int64_t>(std::llround(static_cast<double>(bytes) * nsPerByte_));
-  int64_t cur = page_->next.load(std::memory_order_relaxed);
-  while (!page_->next.compare_exchange_weak(cur, std::max(cur, now - burst) + cost, std::memory_order_acq_rel,
-                                            std::memory_order_relaxed)) {
-  }
-  page_->wireBytes.fetch_add(bytes, std::memory_order_relaxed);
-}
+void Bucket::charge(uint64_t bytes, int64_t now, int64_t burst) { reserve(bytes, now, burst); }
 
 int64_t Bucket::reserve(uint64_t bytes, int64_t now, int64_t burst) {
   int64_t cost = static_cast<int64_t>(std::llround(static_cast<double>(bytes) * nsPerByte_));
@@ -200,6 +193,8 @@ bool Pacer::tryTransmit(uint64_t bytes, int64_t now, int64_t* retryAt, Pacer* in
   return true;
 }
 
+void Pacer::chargeAnyway(uint64_t bytes, int64_t now) { reserve(bytes, now); }
+
 int64_t Pacer::reserve(uint64_t bytes, int64_t now) {
   int64_t start = now - burstNs_;
   if (fn_.active()) start = std::max(start, fn_.reserve(bytes, now, burstNs_));
@@ -212,11 +207,6 @@ std::string inboundKey(uint32_t addr) {
   in_addr a{htonl(addr)};
   inet_ntop(AF_INET, &a, text, sizeof(text));
   return std::string("in-") + text;
-}
-
-void Pacer::chargeAnyway(uint64_t bytes, int64_t now) {
-  if (fn_.active()) fn_.charge(bytes, now, burstNs_);
-  if (wire_.active()) wire_.charge(bytes, now, burstNs_);
 }
 
 }  // namespace meshfab

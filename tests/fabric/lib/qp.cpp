@@ -140,6 +140,14 @@ bool ipv4Of(const uint8_t g[16], uint32_t* a) {
   return true;
 }
 
+// Whether `gid` is one of device d's own.
+bool ownGid(const Device* d, const uint8_t gid[16]) {
+  for (const ibv_gid& g : d->port.gids) {
+    if (memcmp(g.raw, gid, 16) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool gidSubnets(Fabric* f, const uint8_t gid[16], std::vector<Ipv4Net>* nets);
@@ -149,9 +157,7 @@ bool gidSubnets(Fabric* f, const uint8_t gid[16], std::vector<Ipv4Net>* nets);
 // answer there (here: registered in the fabric directory by a process that opened it), or
 // be this port itself.
 bool reachable(Fabric* f, Device* d, const uint8_t dgid[16]) {
-  for (const ibv_gid& g : d->port.gids) {
-    if (memcmp(g.raw, dgid, 16) == 0) return true;
-  }
+  if (ownGid(d, dgid)) return true;
   std::vector<Ipv4Net> theirs;
   uint32_t v4 = 0;
   if (ipv4Of(dgid, &v4)) {
@@ -569,9 +575,8 @@ int ibv_modify_qp(ibv_qp* iqp, ibv_qp_attr* attr, int mask) {
     // Behind a switch, what it sends is held to the destination's port too (pace.h); a QP to
     // its own port (a loopback, the GPUDirect flush's) never reaches the switch.
     uint32_t v4 = 0;
-    bool own = false;
-    for (const ibv_gid& g : qp->dev->port.gids) own = own || memcmp(g.raw, attr->ah_attr.grh.dgid.raw, 16) == 0;
-    qp->inbound = !own && ipv4Of(attr->ah_attr.grh.dgid.raw, &v4) ? f->inboundPacer(v4) : nullptr;
+    const uint8_t* dgid = attr->ah_attr.grh.dgid.raw;
+    qp->inbound = !ownGid(qp->dev, dgid) && ipv4Of(dgid, &v4) ? f->inboundPacer(v4) : nullptr;
     qp->inboundSlot = qp->respInboundSlot = 0;  // a slot at an earlier destination is not this one's
   }
   applyAttrs(qp, attr, mask);
