@@ -97,6 +97,12 @@ v = float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
 print(int(v / 8 if m.group(3) == "bit" else v))' "$1" 2>/dev/null || die "bad rate $1"
 }
 
+# The goodput ceiling of a rate, bytes/s: 4096-byte packets carry 82 bytes of RoCEv2 and
+# Ethernet overhead each.
+ceiling_of() {
+    awk -v r="$(rate_bytes "$1")" 'BEGIN { printf "%.0f", r * 4096 / 4178 }'
+}
+
 # --------------------------------------------------------------------------- inside a node
 
 # Calibration: servers for both neighbours, then clients to both at once (duration mode).
@@ -272,7 +278,7 @@ best() {  # best NAME: the highest value of NAME over the rounds
 
 link_rate() {
     local fn_bytes
-    CEIL=$(awk -v r="$(rate_bytes "$RATE")" 'BEGIN { printf "%.0f", r * 4096 / 4178 }')
+    CEIL=$(ceiling_of "$RATE")
     FN_RATE=${FN_RATE:-$(awk -v r="$(rate_bytes "$RATE")" 'BEGIN { printf "%.0f", r * 0.56 }')}
     fn_bytes=$(rate_bytes "$FN_RATE")
     # About 2 s per bandwidth size at the cap.
@@ -343,13 +349,13 @@ link_rate() {
 # coll-bench --vs on a 2-node fabric: the plugin and NCCL's IB transport in the same two
 # processes, iterations alternating; the drop-in first in LD_LIBRARY_PATH (NCCL's IB transport
 # dlopens libibverbs.so).
-vs_run() {  # vs_run LIB ALGO ARGS...: every rank's output (VS_NET: more fabric-net arguments,
-            # VS_NODES: the nodes, default 2)
+vs_run() {  # vs_run LIB ALGO NET ARGS...: every rank's output (NET: fabric-net's arguments
+            # for the network, --rate R added unless they give the links a rate)
     local lib=$1 algo=$2 rate=() net
-    shift 2
-    [ "$RATE_SET" = 1 ] && [[ "${VS_NET:-}" != *--rate* ]] && rate=(--rate "$RATE")
-    read -r -a net <<<"${VS_NET:-}"
-    fabric --nodes "${VS_NODES:-2}" "${rate[@]}" "${net[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
+    read -r -a net <<<"$3"
+    shift 3
+    [ "$RATE_SET" = 1 ] && [[ " ${net[*]} " != *" --rate "* ]] && rate=(--rate "$RATE")
+    fabric "${net[@]}" "${rate[@]}" -- env LD_LIBRARY_PATH="$BUILD/tests/fabric/dropin:$BUILD" \
         "$BUILD/tests/e2e/mesh_e2e" coll-bench --vs "nccl-ib:$lib" --algo "$algo" "$@" 2>&1
 }
 
@@ -369,11 +375,19 @@ vs_nccl_ib() {
     # spark_sendrecv: one DGX Spark cable (two functions per end): the plugin as one device of
     # two functions with NCCL's 2 channels, NCCL IB with a device per function and 4 channels,
     # channel k on device k % 2, as NCCL ran them on the GPU machine.
+    # switch4_spark_alltoall: its links' rate is its own (switch_rate), and its figure is read
+    # against the switch's bound too (--ceiling).
+    local switch_rate=25M switch_fn_rate=14M
     declare -A ARGS=([sendrecv]="--bytes 256M --channels 2 --slice 128K --iters 20"
                      [ring]="--bytes 256M --channels 2 --slice 512K --iters 20"
                      [spark_sendrecv]="--bytes 256M --channels 2 --ref-channels 4 --spread-devices --slice 128K --iters 20"
                      [sendrecv_oldest]="--bytes 256M --channels 2 --slice 128K --iters 20 --test-oldest"
-                     [switch4_spark_alltoall]="--bytes 32M --peer-channels 2 --spread-devices --iters 5 --ceiling 24509573")
+                     [switch4_spark_alltoall]="--bytes 32M --peer-channels 2 --spread-devices --iters 5 --ceiling $(ceiling_of "$switch_rate")")
+    declare -A ALGO=([sendrecv]=sendrecv [ring]=ring [spark_sendrecv]=sendrecv [sendrecv_oldest]=sendrecv
+                     [switch4_spark_alltoall]=alltoall)
+    declare -A NET=([sendrecv]="--nodes 2" [ring]="--nodes 2" [spark_sendrecv]="--nodes 2 --functions 2"
+                    [sendrecv_oldest]="--nodes 2"
+                    [switch4_spark_alltoall]="--nodes 4 --topology switch --functions 2 --fn-subnets split --rate $switch_rate --fn-rate $switch_fn_rate")
     local figures=(sendrecv sendrecv_oldest ring spark_sendrecv switch4_spark_alltoall) f
     if [ -n "$FIGURES" ]; then
         for f in ${FIGURES//,/ }; do
@@ -385,15 +399,7 @@ vs_nccl_ib() {
         echo "bench-fabric: round $round of $ROUNDS" | tee -a "$LOG"
         for algo in "${figures[@]}"; do
             read -r -a args <<<"${ARGS[$algo]}"
-            VS_NET="" VS_NODES=2
-            [ "$algo" = spark_sendrecv ] && VS_NET="--functions 2"
-            if [ "$algo" = switch4_spark_alltoall ]; then
-                VS_NODES=4
-                VS_NET="--topology switch --functions 2 --fn-subnets split --rate 25M --fn-rate 14M"
-            fi
-            local a=${algo#spark_}
-            a=${a#switch4_spark_}
-            out=$(vs_run "$lib" "${a%_oldest}" "${args[@]}")
+            out=$(vs_run "$lib" "${ALGO[$algo]}" "${NET[$algo]}" "${args[@]}")
             echo "$out" >>"$LOG"
             record "${algo}_ratio" "$(echo "$out" | field vs_ratio_median 0)"
             record "${algo}_plugin" "$(echo "$out" | field busbw_MBps 0)"
@@ -417,7 +423,7 @@ vs_nccl_ib() {
         done
         if [[ " ${figures[*]} " == *" switch4_spark_alltoall "* ]]; then
             echo
-            echo "switch4_spark_alltoall: 4 nodes on a switch, Spark cables to it at 25 MB/s (functions 14 MB/s);"
+            echo "switch4_spark_alltoall: 4 nodes on a switch, Spark cables to it at $switch_rate (functions $switch_fn_rate);"
             echo "  the plugin's busbw / the switch's bound (each node's one cable): $(median switch4_spark_alltoall_fraction)"
         fi
         echo
@@ -429,7 +435,7 @@ vs_nccl_ib() {
 calibrate() {
     local rate ceil out worst round all
     for rate in ${RATES//,/ }; do
-        ceil=$(awk -v r="$(rate_bytes "$rate")" 'BEGIN { printf "%.0f", r * 4096 / 4178 }')
+        ceil=$(ceiling_of "$rate")
         all=""
         for round in $(seq 1 "$ROUNDS"); do
             out=$(fabric --nodes 4 --topology ring --rate "$rate" -- "$0" --rank calibrate "$SECONDS_PER_STREAM" 2>&1)

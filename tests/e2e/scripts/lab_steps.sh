@@ -6,7 +6,8 @@
 # scenario's arguments. Each step meets the other ranks in a rendezvous directory of its own
 # ($VMESH_SHARED/steps/NAME), so a step that fails on one rank only costs the others that
 # step's deadline. ARGS that begin with "/" are a command of their own instead (a lab check
-# such as tests/lab/lab_guest.sh or the doctor's), run with ENV under `timeout DEADLINE`. Prints "lab-step NAME begin" and "lab-step NAME rc=N" around each step
+# such as tests/lab/lab_guest.sh or the doctor's), run with ENV under `timeout DEADLINE`.
+# Prints "lab-step NAME begin" and "lab-step NAME rc=N" around each step
 # (lab_step_check.sh reads them; each step's test gives its verdict), then the failed ones;
 # exits 0 once every step ran, so that a failing step fails its own test, not the boot's.
 set -u
