@@ -30,17 +30,24 @@ bool shareSubnet(const CableEnd& a, const CableEnd& b) {
 }
 
 // A netdev name reduced to what one port's functions share, or "" when no rule applies:
-// "enP2p1s0f1np1" and "enp1s0f1np1" -> "p1s0f1np1"; "p3f1" and "p3" -> "p3".
+// "enP2p1s0f1np1" and "enp1s0f1np1" -> "p1s0f1np1"; "p3f1" and "p3" -> "p3"; "swf1" and
+// "sw" -> "sw".
 std::string portKey(const std::string& nd) {
   if (nd.rfind("enP", 0) == 0) {
     size_t p = nd.find('p', 3);
     return p == std::string::npos ? "" : nd.substr(p);
   }
   if (nd.rfind("enp", 0) == 0) return nd.substr(2);
-  // p<digits>[f<digits>]: the fabric's cable ends.
-  if (nd.size() < 2 || nd[0] != 'p' || !isdigit(static_cast<unsigned char>(nd[1]))) return "";
-  size_t i = 1;
-  while (i < nd.size() && isdigit(static_cast<unsigned char>(nd[i]))) ++i;
+  // The fabric's cable ends: p<digits>[f<digits>], and sw[f<digits>] for a node's cable to a
+  // switch (scripts/fabric-net --topology switch).
+  size_t i = 0;
+  if (nd.rfind("sw", 0) == 0) {
+    i = 2;
+  } else {
+    if (nd.size() < 2 || nd[0] != 'p' || !isdigit(static_cast<unsigned char>(nd[1]))) return "";
+    i = 1;
+    while (i < nd.size() && isdigit(static_cast<unsigned char>(nd[i]))) ++i;
+  }
   if (i == nd.size()) return nd;
   if (nd[i] != 'f' || i + 1 == nd.size()) return "";
   for (size_t j = i + 1; j < nd.size(); ++j) {

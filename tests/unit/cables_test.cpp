@@ -35,6 +35,11 @@ TEST(Cables, NamesStandInWhereSysfsSaysNothing) {
   std::vector<CableEnd> fabric = {{"p1", "", {net(0, 1)}}, {"p1f1", "", {net(0, 129, 25)}},
                                   {"p2", "", {net(1, 1)}}, {"p2f1", "", {net(1, 129, 25)}}};
   EXPECT_EQ(groupCableEnds(fabric), (Groups{{0, 1}, {2, 3}}));
+  // A node's cable to the fabric's switch: sw and swf1, one subnet each (--fn-subnets split).
+  std::vector<CableEnd> switched = {{"sw", "", {net(0, 1)}}, {"swf1", "", {net(1, 1)}}};
+  EXPECT_EQ(groupCableEnds(switched), (Groups{{0, 1}}));
+  EXPECT_FALSE(cableSiblingsByName("sw", "swp1"));
+  EXPECT_FALSE(cableSiblingsByName("sw", "sw2"));
   // Spark names in a container without sysfs.
   EXPECT_TRUE(cableSiblingsByName("enp1s0f1np1", "enP2p1s0f1np1"));
   EXPECT_FALSE(cableSiblingsByName("enp1s0f1np1", "enp1s0f0np0"));    // two ports of one NIC
