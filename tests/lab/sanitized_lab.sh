@@ -4,18 +4,20 @@
 # on: every allocation the plugin makes while connecting, moving data, failing and
 # unloading must be freed (or still reachable) when the process exits.
 #
-#   sanitized_lab.sh REPO LAB_BUILD_DIR ASAN_BUILD_DIR SCENARIO...
+#   sanitized_lab.sh REPO LAB_BUILD_DIR ASAN_BUILD_DIR NODES STEP...
 #
 # Builds nccl-net-mesh and mesh_e2e in ASAN_BUILD_DIR (the tree scripts/test.sh's sanitize
-# tier uses: Debug, -fsanitize=address,undefined; incremental when it exists), then runs
-# each SCENARIO ("name:nodes[:vmesh options]") in the lab whose guest kernel is cached in
-# LAB_BUILD_DIR. A scenario fails on a non-zero exit of any rank, or on any sanitizer
-# report in the output. Nothing is suppressed.
+# tier uses: Debug, -fsanitize=address,undefined; incremental when it exists), then runs every
+# STEP ("NAME|DEADLINE|ENV|ARGS", as tests/e2e/scripts/lab_steps.sh takes them: a mesh_e2e
+# scenario with its arguments and its own environment) in turn in one boot of NODES guests,
+# whose kernel is cached in LAB_BUILD_DIR (one boot, not one per scenario: ~9 s of TCG each).
+# A step fails when a rank did not run it to exit 0 (tests/e2e/scripts/lab_step_check.sh) or
+# when a sanitizer reported anything while it ran. Nothing is suppressed.
 set -euo pipefail
 
-[ $# -ge 4 ] || { echo "usage: $0 REPO LAB_BUILD_DIR ASAN_BUILD_DIR SCENARIO..." >&2; exit 64; }
-repo=$1 lab_build=$2 asan=$3
-shift 3
+[ $# -ge 5 ] || { echo "usage: $0 REPO LAB_BUILD_DIR ASAN_BUILD_DIR NODES STEP..." >&2; exit 64; }
+repo=$1 lab_build=$2 asan=$3 nodes=$4
+shift 4
 
 log=$(mktemp -d /tmp/mesh-sanitized-lab.XXXXXX)
 trap 'rm -rf "$log"' EXIT
@@ -39,29 +41,54 @@ driver=$asan/tests/e2e/mesh_e2e
 asan_opts=detect_leaks=1:abort_on_error=1:quarantine_size_mb=32:malloc_context_size=20
 ubsan_opts=halt_on_error=1:print_stacktrace=1
 
+# Every step's deadline, and two minutes for the boot and the shutdown.
+total=120
+for step in "$@"; do
+  IFS='|' read -r _ deadline _ <<<"$step"
+  total=$((total + deadline))
+done
+out=$log/steps.log
+echo "-- ${#@} scenarios in one boot of $nodes guests under ASan+LSan+UBSan"
+set +e
+"$repo/scripts/vmesh" run --build "$lab_build" --nodes "$nodes" --mem 1024 --timeout "$total" -- \
+  env ASAN_OPTIONS="$asan_opts" UBSAN_OPTIONS="$ubsan_opts" \
+  bash "$repo/tests/e2e/scripts/lab_steps.sh" "$plugin_dir" "$driver" "$@" >"$out" 2>&1
+rc=$?
+set -e
+if [ "$rc" -ne 0 ]; then
+  echo "FAIL sanitized-lab: vmesh exited $rc"
+  tail -n 60 "$out"
+  exit 1
+fi
+
+# The step each sanitizer report came in: "NAME" per report, from the rank's last step begun.
+reports=$(awk '
+  match($0, /^\[[0-9]+\] /) {
+    rank = substr($0, 2, RLENGTH - 3); text = substr($0, RLENGTH + 1)
+    if (text ~ /^lab-step [^ ]+ begin$/) { split(text, w, " "); step[rank] = w[2] }
+    if (text ~ /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer/)
+      print (rank in step ? step[rank] : "(before any step)")
+  }' "$out" | sort -u)
 status=0
-for spec in "$@"; do
-  IFS=: read -r name nodes vmesh_opts <<<"$spec"
-  out=$log/$name.log
-  echo "-- $name on $nodes nodes under ASan+LSan+UBSan ${vmesh_opts:+(vmesh $vmesh_opts)}"
-  set +e
-  # shellcheck disable=SC2086  # vmesh_opts is a word list
-  "$repo/scripts/vmesh" run --build "$lab_build" --nodes "$nodes" --mem 1024 --timeout 500 \
-    ${vmesh_opts} -- env LD_LIBRARY_PATH="$plugin_dir" ASAN_OPTIONS="$asan_opts" \
-    UBSAN_OPTIONS="$ubsan_opts" "$driver" $name --deadline 300 >"$out" 2>&1
-  rc=$?
-  set -e
-  grep -E "^\[[0-9]+\] (PASS|FAIL) " "$out" || true
-  if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer" "$out"; then
+for step in "$@"; do
+  IFS='|' read -r name _ <<<"$step"
+  checked=0
+  check=$(bash "$repo/tests/e2e/scripts/lab_step_check.sh" "$out" "$name" "$nodes") || checked=$?
+  grep -E "^\[[0-9]+\] (PASS|FAIL) " <<<"$check" || true
+  if grep -qx "$name" <<<"$reports"; then
     echo "FAIL sanitized-lab $name: sanitizer report:"
     grep -E -A40 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$out" | head -n 120
     status=1
-  elif [ "$rc" -ne 0 ]; then
-    echo "FAIL sanitized-lab $name: vmesh exited $rc"
-    tail -n 60 "$out"
+  elif [ "$checked" -ne 0 ]; then
+    echo "FAIL sanitized-lab $name: $(tail -n 1 <<<"$check")"
     status=1
   else
     echo "ok: $name: every rank passed, no sanitizer report"
   fi
 done
+if grep -qx "(before any step)" <<<"$reports"; then
+  echo "FAIL sanitized-lab: a sanitizer report outside every step:"
+  grep -E -A40 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$out" | head -n 120
+  status=1
+fi
 exit $status
