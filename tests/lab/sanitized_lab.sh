@@ -48,18 +48,13 @@ for step in "$@"; do
   total=$((total + deadline))
 done
 out=$log/steps.log
-echo "-- ${#@} scenarios in one boot of $nodes guests under ASan+LSan+UBSan"
+echo "-- $# scenarios in one boot of $nodes guests under ASan+LSan+UBSan"
 set +e
 "$repo/scripts/vmesh" run --build "$lab_build" --nodes "$nodes" --mem 1024 --timeout "$total" -- \
   env ASAN_OPTIONS="$asan_opts" UBSAN_OPTIONS="$ubsan_opts" \
   bash "$repo/tests/e2e/scripts/lab_steps.sh" "$plugin_dir" "$driver" "$@" >"$out" 2>&1
 rc=$?
 set -e
-if [ "$rc" -ne 0 ]; then
-  echo "FAIL sanitized-lab: vmesh exited $rc"
-  tail -n 60 "$out"
-  exit 1
-fi
 
 # The step each sanitizer report came in: "NAME" per report, from the rank's last step begun.
 reports=$(awk '
@@ -86,6 +81,11 @@ for step in "$@"; do
     echo "ok: $name: every rank passed, no sanitizer report"
   fi
 done
+if [ "$rc" -ne 0 ]; then
+  echo "FAIL sanitized-lab: vmesh exited $rc"
+  tail -n 60 "$out"
+  status=1
+fi
 if grep -qx "(before any step)" <<<"$reports"; then
   echo "FAIL sanitized-lab: a sanitizer report outside every step:"
   grep -E -A40 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$out" | head -n 120
