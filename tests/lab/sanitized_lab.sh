@@ -56,13 +56,17 @@ set +e
 rc=$?
 set -e
 
+# A sanitizer's report: where one begins, and any line that says there was one.
+report_start='ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:'
+report_any="$report_start|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer"
+show_reports() { grep -E -A40 "$report_start" "$out" | head -n 120; }
+
 # The step each sanitizer report came in: "NAME" per report, from the rank's last step begun.
-reports=$(awk '
+reports=$(awk -v report="$report_any" '
   match($0, /^\[[0-9]+\] /) {
     rank = substr($0, 2, RLENGTH - 3); text = substr($0, RLENGTH + 1)
     if (text ~ /^lab-step [^ ]+ begin$/) { split(text, w, " "); step[rank] = w[2] }
-    if (text ~ /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer/)
-      print (rank in step ? step[rank] : "(before any step)")
+    if (text ~ report) print (rank in step ? step[rank] : "(before any step)")
   }' "$out" | sort -u)
 status=0
 for step in "$@"; do
@@ -72,7 +76,7 @@ for step in "$@"; do
   grep -E "^\[[0-9]+\] (PASS|FAIL) " <<<"$check" || true
   if grep -qx "$name" <<<"$reports"; then
     echo "FAIL sanitized-lab $name: sanitizer report:"
-    grep -E -A40 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$out" | head -n 120
+    show_reports
     status=1
   elif [ "$checked" -ne 0 ]; then
     echo "FAIL sanitized-lab $name: $(tail -n 1 <<<"$check")"
@@ -88,7 +92,7 @@ if [ "$rc" -ne 0 ]; then
 fi
 if grep -qx "(before any step)" <<<"$reports"; then
   echo "FAIL sanitized-lab: a sanitizer report outside every step:"
-  grep -E -A40 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$out" | head -n 120
+  show_reports
   status=1
 fi
 exit $status
