@@ -138,8 +138,6 @@ int64_t Bucket::readyAt(int64_t now, int64_t burst) const {
   return std::max(page_->next.load(std::memory_order_acquire), now - burst);
 }
 
-void Bucket::charge(uint64_t bytes, int64_t now, int64_t burst) { reserve(bytes, now, burst); }
-
 int64_t Bucket::reserve(uint64_t bytes, int64_t now, int64_t burst) {
   int64_t cost = static_cast<int64_t>(std::llround(static_cast<double>(bytes) * nsPerByte_));
   int64_t cur = page_->next.load(std::memory_order_relaxed), start = 0;

@@ -89,9 +89,8 @@ class Bucket {
   bool active() const { return page_ != nullptr && nsPerByte_ > 0; }
   // When a packet may leave: max(next, now - burst).
   int64_t readyAt(int64_t now, int64_t burst) const;
-  // Takes `bytes` of the cap: next = max(next, now - burst) + bytes / rate.
-  void charge(uint64_t bytes, int64_t now, int64_t burst);
-  // The same, returning when the bytes' turn starts: max(next, now - burst) before the charge.
+  // Takes `bytes` of the cap, next = max(next, now - burst) + bytes / rate, and returns when
+  // the bytes' turn starts: max(next, now - burst) before the charge.
   int64_t reserve(uint64_t bytes, int64_t now, int64_t burst);
 
  private:
