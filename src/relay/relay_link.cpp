@@ -436,14 +436,25 @@ ncclResult_t RelayLink::step(bool* active) {
     return ncclSuccess;
   }
   if (sender == EndState::Closed) {
+    auto now = std::chrono::steady_clock::now();
     if (!draining_) {
       draining_ = true;
+      drainQuietSince_ = now;
       *active = true;  // one more round: completions the close overtook
       return ncclSuccess;
     }
+    if (*active) drainQuietSince_ = now;
     if (!*active && leg_->ticketsTaken() == fwd_->released() && !haveSizes_ && fwd_->idle()) {
       closedCleanly_ = true;
       error_ = "the sender closed the connection";
+      return ncclRemoteError;
+    }
+    // A closes its comm cleanly only once its sends completed, that is once their pieces are
+    // in our ring; a group still short of pieces after the grace never gets them (A was killed
+    // or aborted mid-message). Nobody else would end the link: C's receive would wait forever.
+    if (haveSizes_ && now - drainQuietSince_ >= std::chrono::milliseconds(senderGoneGraceMs_)) {
+      error_ = "the sender closed the connection in the middle of a message (" + std::to_string(bytesLeft_) +
+               " of its bytes never arrived)";
       return ncclRemoteError;
     }
   }

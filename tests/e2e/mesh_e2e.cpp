@@ -119,7 +119,8 @@ const ScenarioInfo kScenarios[] = {
      "                  (only the devices towards it) and through no comm (every device): devices,\n"
      "                  bytes pinned and the time of one regMr per size"},
     {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
-     "--mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut [--count 200]\n"
+     "--mode kill-relay|stop-relay|kill-receiver|kill-sender|relay-cycles|relay-finalize|cut\n"
+     "                  |isolation|memcap [--count 200]\n"
      "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},
     {"route-plan", runRoutePlan, {"expect"},
      "[--expect agree|disagree]  2^k nodes, NCCL_MESH_RELAY=auto: every node computes the same relay\n"

@@ -15,6 +15,10 @@
 //   kill-receiver   C is SIGKILLed mid-transfer; A fails within --bound; B's relay ends that
 //                   link (its WARN) and keeps serving: ranks 1 and 3 then connect both ways
 //                   (relayed) and move data.
+//   kill-sender     A is SIGKILLed mid-transfer (run with a --size of several relay slots, so
+//                   that a message is most likely in flight at the relay): C's posted receives
+//                   fail within --bound although its own peer, the relay, lives on; B's relay
+//                   ends that link; ranks 1 and 3 then connect both ways and move data.
 //   relay-cycles    --count (200) relayed connect / 8-byte exchange / close cycles between 0
 //                   and 2; fds and RDMA objects on all four ranks (the relays included) equal
 //                   after --check-at (10) and the last; cycle times.
@@ -34,9 +38,10 @@
 //                   fails within the connect timeout, naming "relay memory cap reached", which
 //                   both relays logged; the first two move data byte-exact.
 // The rank that dies (kill-relay, stop-relay: both neighbours, since B is known only once A
-// connected; kill-receiver: rank 2) runs in a forked child (needsChildGuard), so its test
+// connected; kill-receiver: rank 2; kill-sender: rank 0) runs in a forked child (needsChildGuard), so its test
 // process exits 0.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
@@ -157,7 +162,7 @@ struct Fault {
   double bound = 0;
   size_t size = 0;
   int relay = -1, spare = -1, victim = -1;
-  bool relayDies() const { return mode != "kill-receiver"; }
+  bool relayDies() const { return mode != "kill-receiver" && mode != "kill-sender"; }
 };
 
 // Streams until kWarmup messages are done, then publishes streaming.<rank>.
@@ -173,21 +178,35 @@ void warmUp(Context& ctx, const std::string& mode, Stream* s) {
   ctx.rv->publish(format("streaming.%d", ctx.rank), "");
 }
 
-// The victim's half: waits until A and C have streamed (C, the victim of kill-receiver,
-// streams itself), announces its fault, then dies or stops. A stopped relay continues here
-// once A and C have their errors, and its relay must end the link.
+// The victim's half: waits until A and C have streamed (C, the victim of kill-receiver, and
+// A, that of kill-sender, stream themselves), announces its fault, then dies or stops. A
+// stopped relay continues here once A and C have their errors, and its relay must end the link.
 std::string victim(Context& ctx, const Fault& f, CommTable& t, size_t mark) {
   setPhase(format("%s: waiting for rank 0 and rank 2 to stream", f.mode.c_str()));
-  // C's stream lives until C dies: its receives stay posted, and freeing their buffers
+  // An end's stream lives until it dies: its requests stay posted, and freeing their buffers
   // under the relay's incoming writes crashed the fabric's NIC thread (1 run in ~20).
   Stream s;
-  if (ctx.rank == kC) {
-    openStream(ctx, &s, kA, nullptr, t[kA].recv[0], f.size);
+  if (ctx.rank == kC || ctx.rank == kA) {
+    int other = ctx.rank == kA ? kC : kA;
+    if (ctx.rank == kA) {
+      openStream(ctx, &s, kC, t[kC].send[0], nullptr, f.size);
+    } else {
+      openStream(ctx, &s, kA, nullptr, t[kA].recv[0], f.size);
+    }
     warmUp(ctx, f.mode, &s);
     FileWatch watch(ctx);
-    while (!watch.seen("streaming.0")) {
+    std::string streaming = format("streaming.%d", other);
+    while (!watch.seen(streaming)) {
       pump(ctx, &s, false);
-      if (ctx.deadline.expired()) fail("%s: rank 0 never reported streaming", f.mode.c_str());
+      if (ctx.deadline.expired()) fail("%s: rank %d never reported streaming", f.mode.c_str(), other);
+    }
+    // kill-sender: die with a send under way, one that two sweeps did not finish, so that
+    // the relay most likely holds part of it (a message is several times its ring).
+    for (uint64_t oldest = UINT64_MAX, sweeps = 0; ctx.rank == kA && sweeps < 2;) {
+      pump(ctx, &s, false);
+      sweeps = s.sposted > s.sdone && s.sdone == oldest ? sweeps + 1 : 0;
+      oldest = s.sdone;
+      if (ctx.deadline.expired()) fail("%s: no send stayed under way", f.mode.c_str());
     }
   } else {
     ctx.rv->fetch("streaming.0", ctx.deadline, "rank 0 streaming to rank 2");
@@ -291,13 +310,14 @@ std::string endpoint(Context& ctx, Fault& f, const Snapshot& base, CommTable& t)
 
 std::string runFault(Context& ctx, Fault& f) {
   Snapshot base;
-  bool isEnd = ctx.rank == kA || (ctx.rank == kC && f.relayDies());
+  int endVictim = f.mode == "kill-sender" ? kA : f.mode == "kill-receiver" ? kC : -1;
+  bool isEnd = (ctx.rank == kA || ctx.rank == kC) && ctx.rank != endVictim;
   if (isEnd) base = stableSnapshot(5);
   size_t mark = ctx.net.logSize();
   CommTable t;
   f.relay = connectRelayed(ctx, &t, "fault", mark);
   f.spare = 4 - f.relay;
-  f.victim = f.relayDies() ? f.relay : kC;
+  f.victim = f.relayDies() ? f.relay : endVictim;
   ctx.barrier("relayed-up");
   if (ctx.rank == f.victim) return victim(ctx, f, t, mark);
   if (isEnd) return endpoint(ctx, f, base, t);
@@ -305,16 +325,19 @@ std::string runFault(Context& ctx, Fault& f) {
     awaitDone(ctx, {kA, kC});
     return format("mode=%s role=spare relay=%d", f.mode.c_str(), f.relay);
   }
-  // kill-receiver, ranks 1 and 3: B's relay ends the dead link, then 1 <-> 3 still connect.
+  // kill-receiver and kill-sender, ranks 1 and 3: B's relay ends the dead link, then 1 <-> 3
+  // still connect.
   std::string ended;
+  int survivor = f.victim == kA ? kC : kA;
   if (ctx.rank == f.relay) {
-    ended = waitForLog(ctx, mark, "relay: connection ", f.bound + 30, "the relay must end the link to the dead rank 2");
-    say("kill-receiver: %s", ended.c_str());
+    ended = waitForLog(ctx, mark, "relay: connection ", f.bound + 30,
+                       format("the relay must end the link of the dead rank %d", f.victim));
+    say("%s: %s", f.mode.c_str(), ended.c_str());
   }
-  ctx.rv->fetch("detected.0", ctx.deadline, "rank 0's error");
+  ctx.rv->fetch(format("detected.%d", survivor), ctx.deadline, format("rank %d's error", survivor));
   int via = freshExchange(ctx, 4 - ctx.rank, "after");
   ctx.rv->publish(format("done.%d", ctx.rank), "");
-  return format("mode=kill-receiver role=%s relay=%d fresh_1_3_via=%d%s", ctx.rank == f.relay ? "B" : "spare",
+  return format("mode=%s role=%s relay=%d fresh_1_3_via=%d%s", f.mode.c_str(), ctx.rank == f.relay ? "B" : "spare",
                 f.relay, via, ended.empty() ? "" : " link_ended=yes");
 }
 
@@ -697,7 +720,7 @@ std::string runMemcap(Context& ctx, size_t size) {
 bool relayFaultsNeedsGuard(const Context& ctx) {
   std::string mode = ctx.opts.str("mode", "");
   if (mode == "kill-relay" || mode == "stop-relay") return ctx.rank == 1 || ctx.rank == 3;
-  return mode == "kill-receiver" && ctx.rank == kC;
+  return (mode == "kill-receiver" && ctx.rank == kC) || (mode == "kill-sender" && ctx.rank == kA);
 }
 
 std::string runRelayFaults(Context& ctx) {
@@ -713,9 +736,9 @@ std::string runRelayFaults(Context& ctx) {
   if (mode == "relay-finalize") return runFinalize(ctx, size);
   if (mode == "isolation") return runIsolation(ctx, size);
   if (mode == "memcap") return runMemcap(ctx, size);
-  if (mode != "kill-relay" && mode != "stop-relay" && mode != "kill-receiver") {
-    fail("relay-faults needs --mode kill-relay|stop-relay|kill-receiver|relay-cycles|relay-finalize|cut|isolation|"
-         "memcap (got '%s')",
+  if (mode != "kill-relay" && mode != "stop-relay" && mode != "kill-receiver" && mode != "kill-sender") {
+    fail("relay-faults needs --mode kill-relay|stop-relay|kill-receiver|kill-sender|relay-cycles|relay-finalize|cut|"
+         "isolation|memcap (got '%s')",
          mode.c_str());
   }
   Fault f;

@@ -85,7 +85,7 @@ fabric_scenario(patterns_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto 
                 -- patterns --ring-first)
 fabric_scenario(relay_ring8 8 300 --topology ring --env NCCL_MESH_RELAY=auto --env NCCL_MESH_RELAY_MAX_HOPS=3 -- relay --big 16M)
 # Issue 15's fault acceptance on the 4-ring: rank 0 -> rank 2 goes through rank 1 or 3 (B).
-# B killed or stopped mid-transfer, the receiver killed, 200 relayed connect/close cycles (no
+# B killed or stopped mid-transfer, the receiver or the sender killed, 200 relayed connect/close cycles (no
 # fd or RDMA object left on any rank), B unloading the plugin while it relays, A's cable to B
 # cut before a connect (tests/e2e/README.md).
 # Two relays per connection are the default (NCCL_MESH_RELAY_TWIN=1): the other faults run over
@@ -97,6 +97,12 @@ fabric_scenario(relay_faults_kill_relay 4 120 --topology ring --env NCCL_MESH_RE
 fabric_scenario(relay_faults_stop_relay 4 120 --topology ring --env NCCL_MESH_RELAY=auto
                 --env NCCL_MESH_PEER_TIMEOUT_MS=5000 -- relay-faults --mode stop-relay)
 fabric_scenario(relay_faults_kill_receiver 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode kill-receiver)
+# The sender killed mid-message: 8 MiB messages through one relay (two of its 4 MiB rings each)
+# on 40 MB/s cables take 0.2 s a hop, so A dies with one half through the relay (a send that
+# two sweeps did not finish). The relay must fail the link, or C's posted receive waits
+# forever (its peer, the relay, lives): C's error within 10 s of A's death.
+fabric_scenario(relay_faults_kill_sender 4 120 --topology ring --rate 40M --env NCCL_MESH_RELAY=auto
+                --env NCCL_MESH_RELAY_TWIN=0 -- relay-faults --mode kill-sender --size 8M --bound 10)
 fabric_scenario(relay_faults_cycles 4 400 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode relay-cycles --count 200)
 fabric_scenario(relay_faults_finalize 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode relay-finalize)
 fabric_scenario(relay_faults_finalize_v11 4 120 --topology ring --env NCCL_MESH_RELAY=auto -- relay-faults --mode relay-finalize --api v11)

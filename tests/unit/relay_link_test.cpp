@@ -466,6 +466,48 @@ TEST(RelayLink, ALegOutlivesItsReceiverUntilTheSenderCloses) {
   EXPECT_TRUE(link->closedCleanly()) << link->failureText();
 }
 
+// A killed (or aborting) mid-message: its control link closes as cleanly as a finished one
+// (EOF), the relay has forwarded and released every piece it got, and the rest never comes.
+// The link must fail after the grace, not drain forever: C's receive depends on it.
+TEST(RelayLink, ASenderGoneMidMessageFailsTheLinkAfterTheGrace) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{2, 4096});
+  std::mt19937 rng(43);
+  RelayLink* link = chain.link(0);
+  link->leg()->control = std::make_shared<ControlLink>();
+  link->fwd()->control = std::make_shared<ControlLink>();
+  link->setSenderGoneGraceMs(50);
+  constexpr size_t kSize = 4 * 4096;  // 4 pieces through a ring of 2
+  Buffer* src = chain.buffer(true, kSize);
+  Buffer* dst = chain.buffer(false, kSize);
+  void* data[1] = {dst->data()};
+  size_t sizes[1] = {kSize};
+  int tags[1] = {3};
+  MrHandle* mhs[1] = {&dst->mh};
+  Request* rreq = nullptr;
+  ASSERT_EQ(chain.receiver()->irecv(1, data, sizes, tags, mhs, &rreq), ncclSuccess);
+  ASSERT_NE(sendWhenPosted(chain, src->data(), kSize, 3, &src->mh, &rng), nullptr);
+  // Everything A posted moves and is forwarded; A never runs again (no test() of its send),
+  // so the pieces the ring had no room for are never written.
+  ASSERT_EQ(chain.pump(&rng), ncclSuccess);
+  ASSERT_EQ(link->bytesRelayed(), 2 * 4096u);
+  link->leg()->control->error.store(0, std::memory_order_relaxed);
+  link->leg()->control->closed.store(true, std::memory_order_release);  // A's process is gone
+  auto start = std::chrono::steady_clock::now();
+  ncclResult_t r = ncclSuccess;
+  while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    bool active = false;
+    r = link->step(&active);
+    fake.run(&rng);
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r, ncclRemoteError) << "the link still drained " << s << " s after its sender closed mid-message";
+  EXPECT_FALSE(link->closedCleanly());
+  EXPECT_GE(s, 0.05);
+  EXPECT_NE(link->failureText().find("in the middle of a message (8192 of its bytes never arrived)"), std::string::npos)
+      << link->failureText();
+}
+
 TEST(RelayLink, ManyMessagesInOrderWithOutstandingRequests) { manyMessages(1); }
 TEST(RelayLink, ManyMessagesInOrderThroughTwoRelays) { manyMessages(2); }
 TEST(RelayLink, ManyMessagesOverThreeQpsInOrder) { manyMessages(1, 3); }

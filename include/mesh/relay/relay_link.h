@@ -33,6 +33,9 @@ namespace mesh {
 
 // How long a link whose receiver closed keeps its leg up for the sender's last WRs (below).
 constexpr int kRelayReceiverGoneGraceMs = 1000;
+// How long a link whose sender closed in the middle of a message waits for the message's
+// missing pieces before it fails both ends (below).
+constexpr int kRelaySenderGoneGraceMs = 1000;
 
 struct RelayGeometry {
   uint32_t depth = 8;
@@ -195,6 +198,8 @@ class RelayLink {
   uint64_t bytesRelayed() const { return bytes_; }
   // How long the leg stays up after the receiver closed while the sender has not (tests).
   void setReceiverGoneGraceMs(int ms) { receiverGoneGraceMs_ = ms; }
+  // How long a sender that closed mid-message has to deliver the rest (tests).
+  void setSenderGoneGraceMs(int ms) { senderGoneGraceMs_ = ms; }
 
  private:
   ncclResult_t onTicket(uint32_t imm, uint64_t ticket);
@@ -214,6 +219,11 @@ class RelayLink {
   uint64_t bytes_ = 0;
   std::string error_;
   bool draining_ = false;       // A closed: deliver what it sent, then end
+  // A closed while a group of its was in flight: the group's missing pieces can only come
+  // from A's QPs (completions the close overtook); after this long without any, A died or
+  // aborted mid-message and the link fails, so that C's receive fails instead of waiting.
+  int senderGoneGraceMs_ = kRelaySenderGoneGraceMs;
+  std::chrono::steady_clock::time_point drainQuietSince_;
   // C closed: the leg stays up (its QPs acknowledging A's last WRs) until A closes or this
   // long has passed.
   int receiverGoneGraceMs_ = kRelayReceiverGoneGraceMs;
