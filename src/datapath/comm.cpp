@@ -105,6 +105,7 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
     for (const PortAddress& a : l.port->addrs) {
       if (settings_.gidIndex < 0 && a.gidIndex == r.gidIndex) memcpy(l.gid, a.gid, 16);
     }
+    if (settings_.gidIndex < 0) MESH_CHECK(refreshGid(&l));
     links_.push_back(l);
   }
   uint32_t peerAddr = routes[0].peerAddr;
@@ -120,6 +121,27 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
   MESH_CHECK(createQps());
   MESH_CHECK(createExtra());
   describe(local);
+  return ncclSuccess;
+}
+
+// The link's GID index as the port's table has it now, not as it was at init (GidNow).
+ncclResult_t Comm::refreshGid(Link* l) const {
+  const VerbsDevice& dev = *disc_->devices.at(static_cast<size_t>(l->port->deviceIndex));
+  GidNow now = gidNow(dev.api(), dev.context(), dev.name(), l->port->port, l->route.local.addr, l->route.gidIndex, l->gid);
+  if (now.state == GidNow::State::Gone) {
+    MESH_WARN("%s: %s has no RoCEv2 GID in the port's GID table any more (its GID index was %d at init): was the "
+              "address removed from %s? Connections from it fail until it is back",
+              l->port->label().c_str(), formatIpv4(l->route.local.addr).c_str(), l->route.gidIndex,
+              l->port->netdev.c_str());
+    return ncclSystemError;
+  }
+  if (now.state == GidNow::State::Moved) {
+    MESH_INFO(NCCL_INIT | NCCL_NET, "%s: the RoCEv2 GID of %s moved from index %d to %d since init; using %d",
+              l->port->label().c_str(), formatIpv4(l->route.local.addr).c_str(), l->route.gidIndex, now.index,
+              now.index);
+    l->route.gidIndex = now.index;
+    memcpy(l->gid, now.gid, 16);
+  }
   return ncclSuccess;
 }
 

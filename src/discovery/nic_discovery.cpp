@@ -196,6 +196,43 @@ std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const
   return out;
 }
 
+GidNow gidNow(const VerbsApi& api, ibv_context* ctx, const std::string& device, int port, uint32_t addr,
+              int knownIndex, const uint8_t knownGid[16]) {
+  GidNow now;
+  now.index = knownIndex;
+  memcpy(now.gid, knownGid, 16);
+  // One entry first: the index discovery found, its GID and type unchanged (every connect
+  // but those after a change).
+  if (api.queryGidEx != nullptr) {
+    ibv_gid_entry e{};
+    if (api.queryGidEx(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(knownIndex), &e, 0, sizeof(e)) == 0 &&
+        memcmp(e.gid.raw, knownGid, 16) == 0 && e.gid_type == IBV_GID_TYPE_ROCE_V2) {
+      now.state = GidNow::State::Same;
+      return now;
+    }
+  } else if (api.queryGid != nullptr) {
+    ibv_gid g{};
+    if (api.queryGid(ctx, static_cast<uint8_t>(port), knownIndex, &g) == 0 && memcmp(g.raw, knownGid, 16) == 0) {
+      now.state = GidNow::State::Same;
+      return now;
+    }
+  }
+  ibv_port_attr pattr{};
+  if (api.queryPort == nullptr || queryPort(api, ctx, static_cast<uint8_t>(port), &pattr) != 0) return now;
+  std::vector<GidEntry> gids = queryPortGids(api, ctx, device, port, pattr.gid_tbl_len);
+  if (gids.empty()) return now;  // nothing readable (no sysfs here): cannot tell
+  for (const GidEntry& g : gids) {
+    uint32_t a = 0;
+    if (!g.rocev2 || !gidToIpv4(g.gid, &a) || a != addr) continue;
+    now.state = g.index == knownIndex ? GidNow::State::Same : GidNow::State::Moved;
+    now.index = g.index;
+    memcpy(now.gid, g.gid, 16);
+    return now;
+  }
+  now.state = GidNow::State::Gone;
+  return now;
+}
+
 namespace {
 
 // Prefix length of `addr` on `netdev`, from the kernel's interface list; -1 if absent.

@@ -186,8 +186,41 @@ int destroyQp(ibv_qp* qp) {
   return 0;
 }
 
-int queryGid(ibv_context*, uint8_t, int, ibv_gid* gid) {
+int queryGid(ibv_context* ctx, uint8_t, int index, ibv_gid* gid) {
   memset(gid, 0, sizeof(*gid));
+  FakeRdma::Device* d = F().deviceByContext(ctx);
+  if (d == nullptr) return 0;
+  auto it = d->gids.find(index);
+  if (it != d->gids.end()) *gid = it->second.gid;
+  return 0;
+}
+
+int queryGidEx(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry, uint32_t flags, size_t size) {
+  if (flags != 0 || size < sizeof(ibv_gid_entry) || port != 1) return EINVAL;
+  FakeRdma::Device* d = F().deviceByContext(ctx);
+  if (d == nullptr) return EINVAL;
+  auto it = d->gids.find(static_cast<int>(index));
+  if (it == d->gids.end()) return ENODATA;
+  *entry = it->second;
+  return 0;
+}
+
+ssize_t queryGidTable(ibv_context* ctx, ibv_gid_entry* entries, size_t max, uint32_t flags, size_t size) {
+  if (flags != 0 || size < sizeof(ibv_gid_entry)) return -EINVAL;
+  FakeRdma::Device* d = F().deviceByContext(ctx);
+  if (d == nullptr) return -EINVAL;
+  if (max < d->gids.size()) return -EINVAL;
+  ssize_t n = 0;
+  for (const auto& kv : d->gids) entries[n++] = kv.second;
+  return n;
+}
+
+int queryPort(ibv_context*, uint8_t port, ibv_port_attr* attr) {
+  if (port != 1) return EINVAL;
+  memset(attr, 0, sizeof(*attr));
+  attr->state = IBV_PORT_ACTIVE;
+  attr->active_mtu = IBV_MTU_4096;
+  attr->gid_tbl_len = FakeRdma::kGidTableLen;
   return 0;
 }
 
@@ -263,6 +296,9 @@ FakeRdma::FakeRdma() {
   api_.closeDevice = closeDevice;
   api_.queryDevice = queryDevice;
   api_.queryGid = queryGid;
+  api_.queryGidEx = queryGidEx;
+  api_.queryGidTable = queryGidTable;
+  api_.queryPort = queryPort;
   api_.allocPd = allocPd;
   api_.deallocPd = deallocPd;
   api_.regMr = regMr;
@@ -284,6 +320,29 @@ ibv_context* FakeRdma::openDevice(const std::string& name) {
   ibv_context* raw = &d->ctx;
   devices_[raw] = std::move(d);
   return raw;
+}
+
+FakeRdma::Device* FakeRdma::deviceByContext(ibv_context* ctx) {
+  auto it = devices_.find(ctx);
+  return it == devices_.end() ? nullptr : it->second.get();
+}
+
+void FakeRdma::setGid(const std::string& device, int index, const uint8_t gid[16], bool rocev2) {
+  for (auto& kv : devices_) {
+    if (kv.second->name != device) continue;
+    ibv_gid_entry e{};
+    memcpy(e.gid.raw, gid, 16);
+    e.gid_index = static_cast<uint32_t>(index);
+    e.port_num = 1;
+    e.gid_type = rocev2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
+    kv.second->gids[index] = e;
+  }
+}
+
+void FakeRdma::clearGid(const std::string& device, int index) {
+  for (auto& kv : devices_) {
+    if (kv.second->name == device) kv.second->gids.erase(index);
+  }
 }
 
 const std::string& FakeRdma::deviceOf(const ibv_context* ctx) const {

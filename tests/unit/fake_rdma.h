@@ -66,6 +66,10 @@ class FakeRdma {
   // WR's immediate, signaling and wr_id.
   void splitNextWrite(uint32_t qpn, size_t firstBytes);
 
+  // --- the GID table (port 1 of each device; empty: every index reads as zeros) ---
+  void setGid(const std::string& device, int index, const uint8_t gid[16], bool rocev2);
+  void clearGid(const std::string& device, int index);
+
   // --- inspection ---
   const std::vector<std::string>& events() const { return events_; }
   void clearEvents() { events_.clear(); }
@@ -133,7 +137,10 @@ class FakeRdma {
     ibv_context ctx{};
     std::string name;
     std::vector<std::unique_ptr<ibv_pd>> pds;
+    std::map<int, ibv_gid_entry> gids;  // by index
   };
+  Device* deviceByContext(ibv_context* ctx);
+  static constexpr int kGidTableLen = 16;
 
   Qp* qpOf(const ibv_qp* qp);
   Qp* qpByNumber(uint32_t qpn);

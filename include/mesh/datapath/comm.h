@@ -411,6 +411,7 @@ class Comm : public PreparedConn {
 
  private:
   ncclResult_t allocCtrl();
+  ncclResult_t refreshGid(Link* l) const;
   ncclResult_t createDevSlots();
   ncclResult_t createQps();
   void describe(HsMessage* local) const;

@@ -106,4 +106,22 @@ std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const
 // Parses the text form of a GID ("fe80:0000:...:0001", as in sysfs). False on bad input.
 bool parseGidText(const std::string& text, uint8_t gid[16]);
 
+// Where the RoCEv2 GID of a local address sits in its port's GID table now. The table can
+// change under a running process: an address removed and added again (a link flap with
+// NetworkManager, `netplan apply`) comes back at another index when IPv6 GIDs took its slot
+// meanwhile, so NCCL's IB transport looks the index up at every connect, and so do we.
+struct GidNow {
+  enum class State {
+    Same,     // still at the index discovery found
+    Moved,    // at `index` now (`gid` is its GID)
+    Gone,     // the table was read and holds no RoCEv2 GID of the address
+    Unknown,  // the table cannot be read here: keep what discovery found
+  };
+  State state = State::Unknown;
+  int index = -1;
+  uint8_t gid[16] = {};
+};
+GidNow gidNow(const VerbsApi& api, ibv_context* ctx, const std::string& device, int port, uint32_t addr,
+              int knownIndex, const uint8_t knownGid[16]);
+
 }  // namespace mesh
