@@ -343,25 +343,44 @@ bool expirePending(Handshaker* hs, const std::shared_ptr<Listener>& l, Clock::ti
   return true;
 }
 
-// Binds one socket per address (or one wildcard socket) on a common port.
+// Binds one socket per address (or one wildcard socket) on a common port. An address the
+// kernel no longer has (EADDRNOTAVAIL: removed from its netdev since init, as some network
+// managers do on carrier loss) is left out and named in *unbound; the others still listen.
+// False when nothing could be bound, or on any other error (EADDRINUSE: the caller tries
+// another port).
 bool bindListeners(const HandshakeSettings& s, const std::vector<uint32_t>& addrs, uint16_t port,
-                   std::vector<int>* fds, uint16_t* boundPort, std::string* why) {
+                   std::vector<int>* fds, uint16_t* boundPort, std::vector<uint32_t>* unbound, std::string* why) {
   std::vector<uint32_t> targets = s.listenAny ? std::vector<uint32_t>{INADDR_ANY} : addrs;
+  unbound->clear();
   for (uint32_t addr : targets) {
     int fd = newTcpSocket();
     if (fd < 0) {
       *why = std::string("socket: ") + strerror(errno);
       return false;
     }
-    fds->push_back(fd);
     sockaddr_in sa = ipv4SockAddr(addr, port);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 128) != 0) {
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      int err = errno;
+      close(fd);
+      *why = "bind/listen on " + formatIpv4(addr) + ":" + std::to_string(port) + ": " + strerror(err);
+      if (err == EADDRNOTAVAIL && addr != INADDR_ANY) {
+        unbound->push_back(addr);
+        continue;
+      }
+      return false;
+    }
+    fds->push_back(fd);
+    if (listen(fd, 128) != 0) {
       *why = "bind/listen on " + formatIpv4(addr) + ":" + std::to_string(port) + ": " + strerror(errno);
       return false;
     }
     socklen_t len = sizeof(sa);
     getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
     port = ntohs(sa.sin_port);
+  }
+  if (fds->empty()) {
+    *why = "none of this node's mesh addresses can be bound (last: " + *why + ")";
+    return false;
   }
   *boundPort = port;
   return true;
@@ -493,17 +512,37 @@ ncclResult_t Handshaker::listen(std::shared_ptr<Listener>* out, Handle* handle) 
   MESH_REQUIRE(!addrs.empty(), ncclInternalError, "listen: this node has no mesh address");
   std::string why;
   bool bound = false;
+  std::vector<uint32_t> unbound;
   int span = settings_.portMin > 0 ? settings_.portMax - settings_.portMin + 1 : 0;
   for (int attempt = 0; attempt < 16 && !bound; ++attempt) {
     for (int fd : l->fds) close(fd);
     l->fds.clear();
     uint16_t port = span > 0 ? static_cast<uint16_t>(settings_.portMin + (randomToken() % span)) : 0;
-    bound = bindListeners(settings_, addrs, port, &l->fds, &l->port, &why);
+    bound = bindListeners(settings_, addrs, port, &l->fds, &l->port, &unbound, &why);
   }
   if (!bound) {
     for (int fd : l->fds) close(fd);
     MESH_WARN("listen failed: %s (NCCL_MESH_PORT_RANGE / NCCL_MESH_LISTEN_ADDR)", why.c_str());
     return ncclSystemError;
+  }
+  // The handle offers only what listens: a peer routes to this node over the other cables.
+  for (uint32_t addr : unbound) {
+    handle->addrs.erase(std::remove_if(handle->addrs.begin(), handle->addrs.end(),
+                                       [addr](const HandleAddress& a) { return a.addr == addr; }),
+                        handle->addrs.end());
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(unboundMutex_);
+      first = std::find(unboundWarned_.begin(), unboundWarned_.end(), addr) == unboundWarned_.end();
+      if (first) unboundWarned_.push_back(addr);
+    }
+    if (first) {
+      MESH_WARN("listen: %s cannot be bound any more (%s: was it removed from its netdev since init?); listening "
+                "on this node's other addresses, so peers reach it over the other cables only",
+                formatIpv4(addr).c_str(), strerror(EADDRNOTAVAIL));
+    } else {
+      MESH_INFO(NCCL_NET, "listen: %s still cannot be bound; left out of the handle", formatIpv4(addr).c_str());
+    }
   }
   l->token = randomToken();
   handle->token = l->token;

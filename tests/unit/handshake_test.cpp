@@ -18,11 +18,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <thread>
 
 #include "mesh/connect/handshake.h"
 #include "mesh/platform/log.h"
+#include "warn_capture.h"
 
 namespace mesh {
 namespace {
@@ -57,8 +59,19 @@ class FakeTransport : public Transport {
     Ipv4Prefix lo;
     parsePrefix("127.0.0.1/8", &lo);
     nic.addrs.push_back(LocalAddress{lo, 3});
-    return {nic};
+    std::vector<LocalNic> nics{nic};
+    if (!extraAddr.empty()) {  // a second port whose address may not (or no longer) exist here
+      LocalNic extra;
+      extra.index = 1;
+      extra.label = "fake1:1/p1";
+      Ipv4Prefix p;
+      parsePrefix(extraAddr, &p);
+      extra.addrs.push_back(LocalAddress{p, 3});
+      nics.push_back(extra);
+    }
+    return nics;
   }
+  std::string extraAddr;
   ncclResult_t prepare(bool, const std::vector<Route>& routes, const ConnOptions&,
                        std::unique_ptr<PreparedConn>* out, HsMessage* local) override {
     auto c = std::make_unique<FakeConn>();
@@ -282,6 +295,37 @@ void discardAndCheck(HandshakeTest* t, bool stopReactorFirst);
 TEST_F(HandshakeTest, ADiscardedConnectReleasesItsSocketAndComm) { discardAndCheck(this, false); }
 TEST_F(HandshakeTest, ADiscardedConnectReleasesItsSocketAndCommAfterTheReactorStopped) {
   discardAndCheck(this, true);
+}
+
+// A mesh address removed from its netdev after init (some network managers drop a port's
+// address when its cable loses carrier: a neighbour powered off) must not stop this node
+// from listening on its other cables: the listen leaves it out of the handle, WARNs once,
+// and the peers connect over the rest.
+TEST_F(HandshakeTest, AnAddressGoneFromItsNetdevIsLeftOutOfTheHandle) {
+  transport_.extraAddr = "198.19.255.254/24";  // in no netdev of this host
+  std::ifstream nonlocal("/proc/sys/net/ipv4/ip_nonlocal_bind");
+  int nonlocalBind = 0;
+  nonlocal >> nonlocalBind;
+  testing_support::WarnCapture warnings;
+  for (int round = 0; round < 2; ++round) {
+    std::shared_ptr<Listener> l;
+    Handle h;
+    ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess) << "round " << round << ": " << warnings.last();
+    if (nonlocalBind != 0) {  // this host lets any address be bound: it stays in the handle
+      EXPECT_EQ(h.addrs.size(), 2u);
+    } else {
+      ASSERT_EQ(h.addrs.size(), 1u);
+      EXPECT_EQ(formatIpv4(h.addrs[0].addr), "127.0.0.1");
+    }
+    std::unique_ptr<PreparedConn> send, recv;
+    ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+    hs_->closeListener(l);
+  }
+  if (nonlocalBind == 0) {
+    ASSERT_EQ(warnings.lines().size(), 1u) << "one WARN for the address, not one per listen";
+    EXPECT_NE(warnings.last().find("listen: 198.19.255.254 cannot be bound any more"), std::string::npos)
+        << warnings.last();
+  }
 }
 
 TEST_F(HandshakeTest, WrongTokenIsRefused) {

@@ -88,6 +88,9 @@ class Handshaker {
   Reactor* reactor_;
   Transport* transport_;
   HandshakeSettings settings_;
+  // Addresses a listen could not bind (gone from their netdev), each WARNed once.
+  std::mutex unboundMutex_;
+  std::vector<uint32_t> unboundWarned_;
 };
 
 }  // namespace mesh
