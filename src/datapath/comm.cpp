@@ -207,7 +207,10 @@ ncclResult_t Comm::createDevSlots() {
     // can never overflow, whatever the posting pattern.
     int perQp = sender_ ? kSendQueueDepth + 1 : kCtrlQueueDepth + kRecvQueueDepth;
     int flush = sender_ ? 0 : kFlushQueueDepth + 1;
-    MESH_CHECK(d.cq.create(d.dev, qpsHere * perQp + flush + 16));
+    MESH_REQUIRE(!d.dev->fatal(), ncclSystemError,
+                 "%s reported a fatal error earlier in this process (IBV_EVENT_DEVICE_FATAL): no connection is built "
+                 "on it until the process restarts", d.dev->name().c_str());
+    MESH_CHECK(d.cq.create(d.dev, qpsHere * perQp + flush + 16, this));
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     d.ctrlMr = d.dev->api().regMr(d.dev->pd(), ctrlMem_, ctrlSize_, access);
     MESH_REQUIRE(d.ctrlMr != nullptr, ncclSystemError,
@@ -413,7 +416,11 @@ ncclResult_t Comm::completionError(const ibv_wc& wc) {
 ncclResult_t Comm::progress() {
   int event = asyncEvent_.load(std::memory_order_acquire);
   if (event >= 0 && failure_ == ncclSuccess) {
-    fail("fatal asynchronous event on one of its QPs: " + fatalQpEventName(event), ncclSystemError);
+    fail(std::string("fatal asynchronous event on ") + (event == IBV_EVENT_CQ_ERR ? "its completion queue: " : "one of its QPs: ") +
+             fatalQpEventName(event), ncclSystemError);
+  }
+  for (int s = 0; s < ndevs_ && failure_ == ncclSuccess; ++s) {
+    if (devs_[s].dev->fatal()) fail(devs_[s].dev->name() + " reported a fatal error (IBV_EVENT_DEVICE_FATAL)", ncclSystemError);
   }
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {

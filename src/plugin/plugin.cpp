@@ -294,7 +294,7 @@ void Plugin::watchAsyncEvents() {
       reactor_.watch(fd, EPOLLIN, [dev](uint32_t) {
         ibv_async_event ev;
         while (dev->api().getAsyncEvent(dev->context(), &ev) == 0) {
-          handleAsyncEvent(dev->name(), dev->api().eventTypeStr(ev.event_type), ev);
+          handleAsyncEvent(dev->name(), dev->api().eventTypeStr(ev.event_type), ev, dev);
           dev->api().ackAsyncEvent(&ev);
         }
       });

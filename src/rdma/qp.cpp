@@ -43,12 +43,16 @@ std::string gidText(const uint8_t gid[16]) {
 
 CompletionQueue::~CompletionQueue() { reset(); }
 
-ncclResult_t CompletionQueue::create(const VerbsDevice* dev, int entries) {
+ncclResult_t CompletionQueue::create(const VerbsDevice* dev, int entries, void* context) {
   reset();
   dev_ = dev;
   int cqe = entries;
-  if (cqe > dev->attr().max_cqe) cqe = dev->attr().max_cqe;
-  cq_ = dev->api().createCq(dev->context(), cqe, nullptr, nullptr, 0);
+  if (dev->attr().max_cqe > 0 && cqe > dev->attr().max_cqe) {
+    MESH_WARN("%s: a comm needs a completion queue of %d entries, the device holds at most %d (max_cqe); lower "
+              "NCCL_MESH_QPS_PER_CONN", dev->name().c_str(), entries, dev->attr().max_cqe);
+    return ncclSystemError;
+  }
+  cq_ = dev->api().createCq(dev->context(), cqe, context, nullptr, 0);
   if (cq_ == nullptr) {
     int e = errno;
     char hint[200] = "";

@@ -5,8 +5,10 @@
 //   outstanding WRs complete as "flushed"; the WR whose error caused it may complete before
 //   or after them (Soft-RoCE flushes the receive queue first when its responder rejects a
 //   request). A flush is reported at once, and replaced, once, by the first real cause.
-// - Asynchronous events (async_events.cpp): a fatal QP event fails the QP's comm at its
-//   next call; port, device and CQ errors are logged and fail nothing by themselves.
+// - Asynchronous events (async_events.cpp), as NCCL's IB transport handles them: a fatal QP
+//   event or a CQ error fails the comm that owns the QP or CQ at its next call; a device's
+//   fatal error fails every comm on it (and every later connect on it); a port error is
+//   logged and fails nothing by itself.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fifo_pair.h"
 #include "mesh/datapath/async_events.h"
 #include "mesh/datapath/comm.h"
 #include "mesh/platform/log.h"
@@ -213,6 +216,71 @@ TEST_F(CommError, FatalQpEventsFailTheOwningCommAtItsNextCall) {
     EXPECT_EQ(warnings_.size(), 2u);
     EXPECT_EQ(bystander.progress(), ncclSuccess);
   }
+}
+
+// A CQ error (an overrun, or a provider fault) names the CQ: its comm fails, as NCCL's IB
+// transport fails the comm through the CQ's context (2.30.7 ncclIbCqFatalError).
+TEST_F(CommError, ACqErrorFailsTheCommThatOwnsTheCq) {
+  Discovery disc;
+  ProbeComm owner(&disc), bystander(&disc);
+  ibv_cq cq{};
+  cq.cq_context = &owner;
+  ibv_async_event ev{};
+  ev.event_type = IBV_EVENT_CQ_ERR;
+  ev.element.cq = &cq;
+  EXPECT_EQ(handleAsyncEvent("rxe_p1", "CQ error", ev), AsyncAction::FailedComm);
+  EXPECT_EQ(owner.progress(), ncclSystemError);
+  EXPECT_TRUE(lastWarns("fatal asynchronous event on its completion queue: CQ error")) << warnings_.back();
+  EXPECT_EQ(bystander.progress(), ncclSuccess);
+}
+
+// A device's fatal error: after it a provider may never complete another WR (mlx5 marks its
+// context fatal and polls nothing), so a send waiting for its completion and a receive
+// waiting for data would wait forever. Every comm on the device fails at its next call, and
+// a connect over it fails (NCCL 2.30.7: ncclIbDevFatalError, checked by isend/irecv/test).
+TEST_F(CommError, ADeviceFatalErrorFailsEveryCommOnTheDevice) {
+  fake::FakeRdma fake;
+  fake::FifoPair pair(fake);
+  fake::Buffer* dst = pair.buffer(false, 4096);
+  fake::Buffer* src = pair.buffer(true, 4096);
+  void* data[1] = {dst->data()};
+  size_t sizes[1] = {4096};
+  int tags[1] = {0};
+  MrHandle* mh[1] = {&dst->mh};
+  Request* recv = nullptr;
+  ASSERT_EQ(pair.receiver()->irecv(1, data, sizes, tags, mh, &recv), ncclSuccess);
+  ASSERT_NE(recv, nullptr);
+  fake.run();  // the receiver's FIFO slot reaches the sender
+  Request* send = nullptr;
+  ASSERT_EQ(pair.sender()->isend(src->data(), 4096, 0, &src->mh, &send), ncclSuccess);
+  ASSERT_NE(send, nullptr);
+  // The sender's device dies before its WRITE runs: nothing will ever complete.
+  VerbsDevice* dev = pair.discovery(true).devices.at(0).get();
+  ibv_async_event ev{};
+  ev.event_type = IBV_EVENT_DEVICE_FATAL;
+  EXPECT_EQ(handleAsyncEvent(dev->name(), "local catastrophic error", ev, dev), AsyncAction::FailedDevice);
+  EXPECT_TRUE(lastWarns("local catastrophic error: every connection on the device fails")) << warnings_.back();
+  int done = 0;
+  EXPECT_EQ(pair.sender()->test(send, &done, nullptr), ncclSystemError);
+  EXPECT_EQ(done, 0);
+  EXPECT_TRUE(lastWarns("reported a fatal error (IBV_EVENT_DEVICE_FATAL)")) << warnings_.back();
+  // The receiver's device is another one (node b): it waits, as it would for a slow sender.
+  EXPECT_EQ(pair.receiver()->test(recv, &done, nullptr), ncclSuccess);
+  EXPECT_EQ(done, 0);
+  // And no new comm is built on the dead device.
+  CommSettings s;
+  s.ops = fake.ops();
+  SendComm again(&pair.discovery(true), s);
+  Route r;
+  r.localNic = 0;
+  r.gidIndex = 1;
+  r.local = Ipv4Prefix{(198u << 24) | (18u << 16) | 1u, 24};
+  r.peerAddr = (198u << 24) | (18u << 16) | 2u;
+  r.prefixLen = 24;
+  HsMessage hello;
+  EXPECT_EQ(again.prepare({r}, 0, &hello), ncclSystemError);
+  EXPECT_TRUE(lastWarns("no connection is built on it until the process restarts")) << warnings_.back();
+  again.close();
 }
 
 TEST_F(CommError, AFatalEventOnAQpWithoutACommIsOnlyLogged) {

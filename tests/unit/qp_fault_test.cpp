@@ -334,20 +334,25 @@ TEST_F(QpFault, CqCreateEnomemFailsCleanlyAndNamesTheCqLimits) {
   EXPECT_TRUE(contains(w, "ulimit -l")) << w;
 }
 
-// A CQ request above max_cqe is clamped to the device limit, and the CQ is destroyed once.
-TEST_F(QpFault, CqEntriesAreClampedToMaxCqe) {
+// A CQ request above max_cqe fails with a WARN naming both figures and creates nothing: the
+// comms size their CQs never to overflow, and a CQ cut to the limit could (an overrun is a
+// CQ error, which fails the comm).
+TEST_F(QpFault, CqEntriesAboveMaxCqeFailAndCreateNothing) {
   g.maxCqe = 1000;
   ASSERT_NO_FATAL_FAILURE(openDevice());
   {
     CompletionQueue cq;
-    ASSERT_EQ(cq.create(dev_.get(), 1 << 20), ncclSuccess);
+    EXPECT_EQ(cq.create(dev_.get(), 1001), ncclSystemError);
+    ASSERT_EQ(cq.create(dev_.get(), 1000), ncclSuccess);
     EXPECT_EQ(g.lastCqe, 1000);
     EXPECT_EQ(cq.entries(), 1000);
   }
   EXPECT_EQ(g.cqCreates, 1);
   EXPECT_EQ(g.cqDestroys, 1);
   EXPECT_TRUE(g.liveCqs.empty());
-  EXPECT_TRUE(warnings().empty());
+  ASSERT_EQ(warnings().size(), 1u);
+  EXPECT_TRUE(contains(warnings()[0], "needs a completion queue of 1001 entries, the device holds at most 1000"))
+      << warnings()[0];
 }
 
 // 3. QPs up to the device limit succeed, the next fails cleanly, teardown frees exactly

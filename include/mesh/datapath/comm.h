@@ -236,8 +236,9 @@ class Comm : public PreparedConn {
   // Releases every verbs object the comm owns, in order (see the header comment). Safe with
   // requests in flight and on a half-built comm; idempotent.
   void close();
-  // Reactor thread: a fatal asynchronous event hit one of this comm's QPs. The comm is alive
-  // (ibv_destroy_qp waits until the event is acknowledged); the next call fails.
+  // Reactor thread: a fatal asynchronous event hit one of this comm's QPs or its CQ. The comm
+  // is alive (ibv_destroy_qp and ibv_destroy_cq wait until the event is acknowledged); the
+  // next call fails.
   void markAsyncError(int eventType) { asyncEvent_.store(eventType, std::memory_order_release); }
   bool sender() const { return sender_; }
   // The local ports (LocalNic::index) the comm's links leave on, each once.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +36,15 @@ class VerbsDevice {
 
   ncclResult_t open();  // queries attributes, allocates the PD, probes DMA-BUF
 
+  // IBV_EVENT_DEVICE_FATAL came (the reactor thread marks it): every comm on the device
+  // fails at its next call and none is built on it again, as in NCCL's IB transport
+  // (ncclIbDevFatalError; its isend, irecv and test check the device's fatal count): after a
+  // fatal error a provider may never complete another WR, so nothing else would end them.
+  void markFatal() { fatal_.store(true, std::memory_order_release); }
+  bool fatal() const { return fatal_.load(std::memory_order_acquire); }
+
  private:
+  std::atomic<bool> fatal_{false};
   const VerbsApi* api_;
   std::string name_;
   ibv_context* ctx_;

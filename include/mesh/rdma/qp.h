@@ -23,7 +23,9 @@ class CompletionQueue {
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
 
-  ncclResult_t create(const VerbsDevice* dev, int entries);
+  // `context`: the CQ's cq_context (the comm that owns it, for IBV_EVENT_CQ_ERR). Fails when
+  // the device cannot hold `entries`: a CQ sized never to overflow must not be cut.
+  ncclResult_t create(const VerbsDevice* dev, int entries, void* context = nullptr);
   ibv_cq* get() const { return cq_; }
   int entries() const { return entries_; }
   void reset();
