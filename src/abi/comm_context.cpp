@@ -5,9 +5,11 @@
 #include <cinttypes>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "abi_common.h"
+#include "mesh/platform/static_state.h"
 
 namespace mesh {
 namespace abi {
@@ -22,7 +24,6 @@ struct CommContext {
 // calls listen/connect/setNetAttr from its proxy threads; every member is under mutex_.
 class ContextRegistry {
  public:
-  ~ContextRegistry() = default;  // contexts NCCL never finalized die with the library
 
   void* add(std::unique_ptr<CommContext> ctx, size_t* live) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -45,20 +46,35 @@ class ContextRegistry {
     *out = *it->second;
     return true;
   }
+  // Contexts NCCL never finalized, and the table's own buffers, go with the library.
+  void releaseAll() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    releaseStatic(live_);
+  }
 
  private:
   std::mutex mutex_;
   std::unordered_map<void*, std::unique_ptr<CommContext>> live_;
 };
 
-ContextRegistry gContexts;
+// Never destroyed by the C++ runtime, as the Plugin: a library loaded before this one can
+// finalize a context from its own static destructors, which run after ours at exit. Emptied
+// by the library destructor below (ELF destructors run after every exit handler), so an
+// unloaded library leaves no allocation behind.
+ContextRegistry& contexts() {
+  alignas(ContextRegistry) static unsigned char storage[sizeof(ContextRegistry)];
+  static ContextRegistry* registry = new (storage) ContextRegistry();
+  return *registry;
+}
+
+__attribute__((destructor)) void meshContextsUnload() { contexts().releaseAll(); }
 
 ncclResult_t lookup(void* ctx, const char* what, CommContext* out) {
   if (ctx == nullptr) {
     MESH_WARN("%s: ctx is NULL (v11 and v12 need the context init returned)", what);
     return ncclInvalidArgument;
   }
-  if (!gContexts.find(ctx, out)) {
+  if (!contexts().find(ctx, out)) {
     MESH_WARN("%s: ctx %p is not a live context (never returned by init, or already finalized)",
               what, ctx);
     return ncclInvalidArgument;
@@ -79,7 +95,7 @@ ncclResult_t ctxInit(int abi, void** ctx, uint64_t commId, ncclNetCommConfig_v11
     MESH_CHECK(connOptions(config, "init", &c->conn));
     int tc = c->conn.trafficClass;
     size_t live = 0;
-    *ctx = gContexts.add(std::move(c), &live);
+    *ctx = contexts().add(std::move(c), &live);
     MESH_INFO(NCCL_INIT | NCCL_NET, "init: communicator %016" PRIx64 " (traffic class %d%s), %zu live",
               commId, tc, tc < 0 ? ": NCCL_MESH_IB_TC" : "", live);
     return ncclSuccess;
@@ -96,7 +112,7 @@ ncclResult_t ctxFinalize(void* ctx) {
   }
   return guarded("finalize", [&] {
     size_t live = 0;
-    if (!gContexts.remove(ctx, &live)) {
+    if (!contexts().remove(ctx, &live)) {
       MESH_WARN("finalize: ctx %p is not a live context (never returned by init, or already finalized)", ctx);
       return ncclInvalidArgument;
     }

@@ -375,6 +375,39 @@ TEST_P(EachVersion, AForkedChildExitsWithoutTouchingTheParentsPlugin) {
   EXPECT_EQ(net_.finalize(), ncclSuccess);
 }
 
+// A library loaded before the plugin (libtorch, an inference server) may destroy its last
+// communicator from one of its own static destructors, so NCCL's finalize can come while the
+// process exits, after every static object the plugin created was destroyed: the context
+// registry must outlive them (it did not: finalize then returned ncclInvalidArgument, and
+// ncclCommDestroy an error). Here an atexit handler registered before the dlopen plays that
+// library: it runs after everything the plugin registered and finalizes the context.
+netapi::NetApi* gExitNet = nullptr;
+void finalizeAtExit() { _exit(gExitNet->finalize() == ncclSuccess ? 0 : 4); }
+
+TEST_F(AbiVersions, FinalizeFromAnEarlierLibrarysExitHandlerStillFindsItsContext) {
+  for (int version : {11, 12}) {
+    SCOPED_TRACE("v" + std::to_string(version));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0) << strerror(errno);
+    if (pid == 0) {
+      atexit(finalizeAtExit);
+      gExitNet = new netapi::NetApi();
+      openLibrary();
+      std::string why;
+      if (lib_ == nullptr || !gExitNet->bind(lib_, version, &why)) _exit(2);
+      if (gExitNet->init(captureLog) != ncclSuccess) _exit(3);
+      exit(0);  // static destructors, then finalizeAtExit
+    }
+    int status = 0;
+    ASSERT_TRUE(reapWithin(pid, 20, &status)) << "the child hung in exit()";
+    ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "4: finalize from the exit handler failed (the context registry was "
+                                         "destroyed before it); 2/3: bind/init failed";
+  }
+}
+
 // net_api.h passes size_t sizes through from v9 on; for v8 it refuses a size int cannot
 // hold before calling the plugin (so the plugin logs nothing).
 TEST_P(EachVersion, NetApiNarrowsSizesOnlyForV8) {
