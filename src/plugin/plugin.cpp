@@ -150,10 +150,11 @@ void Plugin::shutdown(bool fromExitHandler) {
   // Everything is released with releaseStatic (static_state.h): this object lives in the
   // library's static storage, so whatever it still points to when NCCL dlcloses the
   // library would be leaked for good.
-  // A library the relay pinned is shut down at exit by the relay's atexit handler, while the
-  // verbs provider is still there. Should the ELF destructor come first all the same (a
-  // provider finalized before us: loaded later, finalized first), stop the threads and
-  // leave every verbs object and socket to the kernel.
+  // A library the relay pinned (NCCL_MESH_RELAY=auto) is unloaded only at process exit.
+  // Once it relayed, the relay's atexit handler shuts it down there, while the verbs
+  // provider is still there. Here, the ELF destructor at exit (a process that never
+  // relayed, or a provider finalized before us: loaded later, finalized first): stop the
+  // threads and leave every verbs object and socket to the kernel.
   if (!fromExitHandler && relay_ != nullptr && relay_->pinned()) {
     relay_->abandon();
     if (routes_ != nullptr) routes_->stop();

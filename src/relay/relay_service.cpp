@@ -92,6 +92,7 @@ RelayService::~RelayService() { stop(); }
 ncclResult_t RelayService::start() {
   if (thread_.joinable()) return ncclSuccess;
   stop_.store(false);
+  pinLibrary();
   // Bound before the route service announces us: a neighbour that learned a route through
   // this node finds the port open (unless another process of the node serves it).
   bindListeners(&listenFds_);
@@ -311,7 +312,13 @@ bool RelayService::stepSession(Session& s) {
       s.reserved = 0;  // the link holds it now
       liveLinks_.fetch_add(1);
       ++relayedTotal_;
-      pinLibrary();
+      // From the first link on, the process shuts down cleanly at exit, before the verbs
+      // provider it uses (the owner's shutdown; atexit takes no loader lock). A process that
+      // never relayed leaves that to the library destructor.
+      if (!exitHandlerSet_ && pinned_ && atExit_ != nullptr) {
+        atexit(atExit_);
+        exitHandlerSet_ = true;
+      }
       MESH_INFO(NCCL_INIT | NCCL_NET, "relay: relaying %s (ring %u x %u bytes; %zu connection(s) relayed by this node)",
                 name.c_str(), leg->geometry().depth, leg->geometry().chunk, liveLinks_.load());
       return false;
@@ -335,8 +342,11 @@ void RelayService::endLink(std::unique_ptr<RelayLink> link, const std::string& w
 }
 
 // NCCL dlcloses the plugin when this node's last communicator ends; connections of other
-// nodes through this one must not end with it. Taken once, at the first relayed
-// connection: the library then stays until the process exits.
+// nodes through this one must not end with it, so a process that may relay keeps the library
+// until it exits. Taken at start, on NCCL's thread: dladdr and dlopen take the loader's lock,
+// which dlclose holds while it runs the library destructor, and that destructor joins the
+// relay thread; pinned from the relay thread at its first link (as it once was), a dlclose at
+// that moment deadlocked NCCL's thread.
 void RelayService::pinLibrary() {
   if (pinned_) return;
   Dl_info info{};
@@ -345,8 +355,8 @@ void RelayService::pinLibrary() {
   if (self == nullptr) return;  // not a shared library (unit tests link the core statically)
   pinned_ = true;
   pinnedFlag_.store(true, std::memory_order_release);
-  if (atExit_ != nullptr) atexit(atExit_);
-  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: %s stays loaded until the process exits (it relays for other nodes)",
+  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: %s stays loaded until the process exits (NCCL_MESH_RELAY=auto: other "
+            "nodes' connections may go through this process)",
             info.dli_fname);
 }
 

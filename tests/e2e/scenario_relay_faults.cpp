@@ -344,6 +344,12 @@ std::string runFault(Context& ctx, Fault& f) {
 // ---- relay-finalize ---------------------------------------------------------------------
 
 std::string runFinalize(Context& ctx, size_t size) {
+  // Every rank pinned the library when its relay started, at init, before any relayed
+  // connection (no dlopen on the relay thread, where it could deadlock with a dlclose).
+  if (countLog(ctx, 0, "stays loaded until the process exits") == 0) {
+    fail("relay-finalize: no 'relay: ... stays loaded until the process exits' line at init (last WARN: %s)",
+         ctx.net.lastWarn().c_str());
+  }
   size_t mark = ctx.net.logSize();
   CommTable t;
   int b = connectRelayed(ctx, &t, "fin", mark);

@@ -94,7 +94,7 @@ class RelayService {
  public:
   // `lookup`: next hops for an OPEN whose target is not cabled to this node (a path of
   // several relays: this relay asks the next one as A asked us). `atExit`: registered with
-  // atexit() when the library is pinned (the owner's shutdown, see pinLibrary()).
+  // atexit() at the first relayed link (the owner's shutdown, see pinLibrary()).
   RelayService(const Discovery* disc, Reactor* reactor, CommSettings comm, HandshakeSettings hs, RelaySettings s,
                NodeId self, RelayLookup lookup, void (*atExit)() = nullptr);
   ~RelayService();
@@ -142,7 +142,8 @@ class RelayService {
   std::vector<std::unique_ptr<Session>> sessions_;
   std::vector<std::unique_ptr<RelayLink>> links_;
   std::vector<int> listenFds_;  // bound by start(), then the thread's
-  bool pinned_ = false;
+  bool pinned_ = false;  // by start(), before the thread
+  bool exitHandlerSet_ = false;
   uint64_t relayedTotal_ = 0;
 };
 
