@@ -587,7 +587,12 @@ void Handshaker::closeListener(std::shared_ptr<Listener> l) {
     auto pending = l->pending;
     for (const auto& pa : pending) dropPending(this, l.get(), pa);
     std::lock_guard<std::mutex> lock(l->mutex);
-    l->ready.clear();  // established but never accepted: their destructors release everything
+    // Established but never accepted (a job aborted mid-connect): their control sockets close
+    // here, so the peers see the connection end, and their destructors release the rest.
+    for (auto& conn : l->ready) {
+      if (conn != nullptr && conn->control != nullptr) closeFd(reactor_, &conn->control->fd);
+    }
+    l->ready.clear();
   };
   if (!reactor_->post(teardown)) teardown();
 }
@@ -690,9 +695,17 @@ void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& pe
       return false;
     });
   }
-  reactor_->watch(control->fd, EPOLLIN | EPOLLRDHUP, [this, weak, peer](uint32_t) {
+  reactor_->watch(control->fd, EPOLLIN | EPOLLRDHUP, [this, weak, peer, watched = control->fd](uint32_t) {
     auto link = weak.lock();
-    if (link == nullptr || link->fd < 0) return;
+    if (link == nullptr) {
+      // Its comm is gone without closing the socket (a path that forgot closeControl): still
+      // watched, level-triggered, it would wake the reactor forever. Close it now.
+      MESH_INFO(NCCL_NET, "control connection to %s outlived its comm; closed", peer.c_str());
+      int fd = watched;
+      closeFd(reactor_, &fd);
+      return;
+    }
+    if (link->fd < 0) return;
     char buf[64];
     ssize_t n = recv(link->fd, buf, sizeof(buf), 0);
     if (n > 0) {

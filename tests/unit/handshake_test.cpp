@@ -319,6 +319,8 @@ TEST_F(HandshakeTest, AnAddressGoneFromItsNetdevIsLeftOutOfTheHandle) {
     }
     std::unique_ptr<PreparedConn> send, recv;
     ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+    hs_->closeControl(send->control);
+    hs_->closeControl(recv->control);
     hs_->closeListener(l);
   }
   if (nonlocalBind == 0) {
@@ -326,6 +328,38 @@ TEST_F(HandshakeTest, AnAddressGoneFromItsNetdevIsLeftOutOfTheHandle) {
     EXPECT_NE(warnings.last().find("listen: 198.19.255.254 cannot be bound any more"), std::string::npos)
         << warnings.last();
   }
+}
+
+// A job aborted after a connection's READY arrived but before NCCL's accept took it: the
+// listen comm is closed with that connection still waiting. Its control socket must close
+// with it (the peer then sees its connection end at once), and nothing may stay watched:
+// a leaked socket under the level-triggered reactor made it spin once the peer's first
+// heartbeat or FIN arrived.
+TEST_F(HandshakeTest, ClosingAListenerWithAnUnclaimedConnectionClosesItsSocket) {
+  int fdsBefore = openFds();
+  int connsBefore = FakeConn::live.load();
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::unique_ptr<PreparedConn> send, recv;
+  ASSERT_EQ(hs_->pollAccept(l, &recv), ncclSuccess);  // NCCL's accept, once: nothing yet
+  ASSERT_EQ(recv, nullptr);
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv, /*callAccept=*/false), ncclSuccess);
+  // The listener's side finished too (it waits in the listener for an accept).
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (FakeConn::live.load() < connsBefore + 2 && Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(FakeConn::live.load(), connsBefore + 2);
+  hs_->closeListener(l);
+  l.reset();
+  deadline = Clock::now() + std::chrono::seconds(2);
+  while (!send->control->closed.load() && Clock::now() < deadline) std::this_thread::yield();
+  EXPECT_TRUE(send->control->closed.load()) << "the connector never saw the unclaimed connection close";
+  hs_->closeControl(send->control);
+  send.reset();
+  deadline = Clock::now() + std::chrono::seconds(2);
+  while (openFds() != fdsBefore && Clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(openFds(), fdsBefore) << "a socket of the unclaimed connection stayed open";
+  EXPECT_EQ(FakeConn::live.load(), connsBefore);
 }
 
 TEST_F(HandshakeTest, WrongTokenIsRefused) {
