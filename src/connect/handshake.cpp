@@ -574,8 +574,15 @@ ncclResult_t Handshaker::pollAccept(const std::shared_ptr<Listener>& l,
     }
   }
   conn->reset();
+  if (!reactor_->serving()) {
+    MESH_WARN("accept: the handshake thread is not running (plugin shut down, or it stopped on an error above)");
+    return ncclInternalError;
+  }
   if (!l->acceptWanted.exchange(true, std::memory_order_acq_rel)) {
-    reactor_->post([this, l] { maybeProcess(this, l); });
+    if (!reactor_->post([this, l] { maybeProcess(this, l); })) {
+      MESH_WARN("accept: the handshake thread is not running (plugin shut down, or it stopped on an error above)");
+      return ncclInternalError;
+    }
   }
   return ncclSuccess;
 }
@@ -624,6 +631,15 @@ ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>
       MESH_WARN("connect to %s failed: %s", c->peer.c_str(), c->error.c_str());
       return c->errorCode;
     default:
+      // The handshake thread fails a connect at its deadline; one that is still pending
+      // well after it has no thread to finish it (it stopped on an error): fail here
+      // rather than let NCCL wait forever.
+      if (Clock::now() > c->deadline + std::chrono::seconds(2)) {
+        MESH_WARN("connect to %s failed: no outcome %d ms after it started (NCCL_MESH_CONNECT_TIMEOUT_MS) and the "
+                  "handshake thread did not end it%s", c->peer.c_str(), settings_.timeoutMs,
+                  reactor_->serving() ? "" : " (it is not running)");
+        return ncclSystemError;
+      }
       return ncclSuccess;
   }
 }

@@ -362,6 +362,37 @@ TEST_F(HandshakeTest, ClosingAListenerWithAnUnclaimedConnectionClosesItsSocket) 
   EXPECT_EQ(FakeConn::live.load(), connsBefore);
 }
 
+// Every wait has a deadline, even without the handshake thread that enforces them (it ends
+// on an epoll error, or the plugin is shutting down): a pending connect fails soon after
+// its deadline instead of "not yet" forever, and an accept says the thread is gone.
+TEST_F(HandshakeTest, WithoutTheHandshakeThreadConnectAndAcceptStillEnd) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(hs_->startConnect(h, routesTo(h), ConnOptions(), &c), ncclSuccess);  // never accepted
+  reactor_.stop();
+  testing_support::WarnCapture warnings;
+  auto start = Clock::now();
+  std::unique_ptr<PreparedConn> conn;
+  ncclResult_t r = ncclSuccess;
+  while (r == ncclSuccess && conn == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
+    r = hs_->pollConnect(c.get(), &conn);
+    std::this_thread::yield();
+  }
+  double s = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(r, ncclSystemError) << "after " << s << " s";
+  EXPECT_LT(s, 5.0);
+  EXPECT_NE(warnings.last().find("the handshake thread did not end it (it is not running)"), std::string::npos)
+      << warnings.last();
+  std::unique_ptr<PreparedConn> accepted;
+  EXPECT_EQ(hs_->pollAccept(l, &accepted), ncclInternalError);
+  EXPECT_NE(warnings.last().find("accept: the handshake thread is not running"), std::string::npos) << warnings.last();
+  hs_->discardConnect(c);
+  hs_->closeListener(l);
+}
+
 TEST_F(HandshakeTest, WrongTokenIsRefused) {
   std::shared_ptr<Listener> l;
   Handle h;

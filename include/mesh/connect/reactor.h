@@ -43,6 +43,9 @@ class Reactor {
   // Idempotent. Must not be called from the reactor thread.
   void stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
+  // Running and not stopping: its loop still serves what post() queues (false once stop()
+  // began, or after the loop ended on an epoll error).
+  bool serving() const { return running() && !stopping_.load(std::memory_order_acquire); }
   bool onReactorThread() const { return std::this_thread::get_id() == threadId_.load(); }
 
   // Queues fn to run on the reactor thread. Returns false when the reactor is not running.
