@@ -21,11 +21,22 @@ NetDevice fromPort(const MeshPort& p, const Config& config) {
   return d;
 }
 
+// The path of function 0 of the PCI device `path` (".../0000:01:00.1" -> ".../0000:01:00.0"):
+// the functions of one card (each port of a ConnectX is its own function) sit at one PCIe
+// position, and NCCL's IB transport reports every port of a multi-port NIC at function 0
+// (net_ib ncclIbGetPciPath: "Merge multi-port NICs into the same PCI device").
+std::string pciFunctionZero(const std::string& path) {
+  size_t n = path.size();
+  if (n < 2 || path[n - 2] != '.' || path[n - 1] < '0' || path[n - 1] > '7') return path;
+  return path.substr(0, n - 1) + "0";
+}
+
 // One device for the node. Its speed is one cable's (all its functions): NCCL sizes channels
 // per device, and any one peer is normally reached over a single cable.
 NetDevice nodeDevice(const std::vector<MeshPort>& ports, const Config& config) {
   NetDevice d = fromPort(ports[0], config);
   d.name = "mesh";
+  d.pciPath = pciFunctionZero(d.pciPath);
   if (config.speedMbps <= 0) {
     d.speedMbps = 0;
     for (const auto& cable : cableGroups(ports)) d.speedMbps = std::max(d.speedMbps, cableSpeedMbps(ports, cable));
@@ -35,7 +46,8 @@ NetDevice nodeDevice(const std::vector<MeshPort>& ports, const Config& config) {
     d.ports.push_back(static_cast<int>(i));
     if (!p.gdr) d.ptrSupport &= ~kPtrCuda;
     if (!p.dmabuf) d.ptrSupport &= ~kPtrDmabuf;
-    if (p.pciPath != d.pciPath) d.pciPath.clear();  // several PCI devices: no single position
+    // Several PCI devices (not functions of one card): no single position.
+    if (pciFunctionZero(p.pciPath) != d.pciPath) d.pciPath.clear();
   }
   return d;
 }

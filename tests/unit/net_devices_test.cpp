@@ -39,16 +39,30 @@ TEST(NetDevices, NodeModeOnOnePciFunctionReportsThatFunction) {
   EXPECT_EQ(d[0].ports, std::vector<int>({0, 1}));
 }
 
-// Ports on two PCI devices (two functions of one card, or two cards on different sockets):
-// no single position is true, so no PCI path; NCCL then attaches the device to a CPU
-// (xml.cc ncclTopoFillNet) instead of trusting the first port's GPU distance.
+// Ports on two PCI devices (two cards, on different sockets, or a DGX Spark's two PCIe
+// domains): no single position is true, so no PCI path; NCCL then attaches the device to a
+// CPU (xml.cc ncclTopoFillNet) instead of trusting the first port's GPU distance.
 TEST(NetDevices, NodeModeOnSeveralPciDevicesReportsNoPciPath) {
-  for (const char* second : {kFnB, kFarNic}) {
+  const char* otherDomain = "/sys/devices/pci0002:00/0002:00:00.0/0002:01:00.1";
+  for (const char* second : {kFarNic, otherDomain}) {
     std::vector<NetDevice> d = makeNetDevices({port("mlx5_0", kFnA, 0xa), port("mlx5_1", second, 0xb)},
                                               mode(DeviceMode::Node));
     ASSERT_EQ(d.size(), 1u);
     EXPECT_EQ(d[0].pciPath, "") << second;
     EXPECT_EQ(d[0].guid, 0xau) << "the first port's GUID";
+  }
+}
+
+// The two ports of a dual-port ConnectX are two functions of one PCI device, at one PCIe
+// position: the node device sits at function 0, where NCCL's IB transport puts every port
+// of a multi-port NIC (net_ib ncclIbGetPciPath), so NCCL's GPUDirect and affinity choices see
+// the card (with no PCI path they saw a CPU-attached NIC and staged through host memory).
+TEST(NetDevices, NodeModeOnTheFunctionsOfOneCardReportsFunctionZero) {
+  for (const auto& pair : {std::make_pair(kFnA, kFnB), std::make_pair(kFnB, kFnA), std::make_pair(kFnB, kFnB)}) {
+    std::vector<NetDevice> d = makeNetDevices({port("mlx5_0", pair.first, 0xa), port("mlx5_1", pair.second, 0xb)},
+                                              mode(DeviceMode::Node));
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].pciPath, kFnA) << pair.first << " + " << pair.second;
   }
 }
 
