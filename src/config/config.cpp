@@ -317,8 +317,9 @@ std::vector<Setting> buildTable() {
                   "after receives into GPU memory, as in NCCL's IB transport",
                   &Config::gdrFlushDisable),
       boolSetting("NCCL_MESH_FORCE_FLUSH", "0",
-                  "1 = also flush (the loopback RDMA READ) after receives into host memory, "
-                  "not only GPU memory",
+                  "1 = `iflush` also flushes (the loopback RDMA READ) receives into host memory, "
+                  "not only GPU memory. For tests of the flush path: NCCL calls `iflush` only for GPU "
+                  "buffers it received into with GPUDirect, so under NCCL it changes nothing",
                   &Config::forceFlush),
       relaySetting(),
       staticRoutesSetting(),

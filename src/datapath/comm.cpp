@@ -605,7 +605,17 @@ ncclResult_t RdmaTransport::prepare(bool sender, const std::vector<Route>& route
                                     std::unique_ptr<PreparedConn>* out, HsMessage* local) {
   std::unique_ptr<Comm> comm = makeComm(sender);
   int tc = resolveTrafficClass(settings_.envTrafficClass, sender ? opts.trafficClass : -1);
-  MESH_CHECK(comm->prepare(routes, tc, local));
+  // A connection has at most kMaxQps QPs: with many QPs per link, the connector uses fewer
+  // of the links it found (both functions of a Spark cable are two) rather than failing;
+  // the acceptor builds the links the connector's HELLO lists.
+  std::vector<Route> use = routes;
+  size_t cap = static_cast<size_t>(std::max(1, kMaxQps / std::max(1, settings_.qpsPerLink)));
+  if (sender && use.size() > cap) {
+    MESH_INFO(NCCL_NET, "connect: %zu links to %s, %zu used: NCCL_MESH_QPS_PER_CONN=%d x %zu links would exceed %d QPs",
+              use.size(), formatIpv4(use[0].peerAddr).c_str(), cap, settings_.qpsPerLink, use.size(), kMaxQps);
+    use.resize(cap);
+  }
+  MESH_CHECK(comm->prepare(use, tc, local));
   if (sender) {
     local->originAddr = opts.originAddr;
     local->twinLeg = opts.twinLeg;
