@@ -321,12 +321,15 @@ void Plugin::startRelay() {
   // Exit handlers run before any library's ELF destructor (ld.so's _dl_fini is the first
   // handler registered, so the last to run): a library the relay pinned shuts down there,
   // cleanly, with the verbs provider it dlopened still loaded.
+  // The route service exists before the relay thread starts: that thread's lookups read
+  // routes_ (relayCandidates), which must not change under it. It starts (sends HELLOs)
+  // after the relay port is bound, so that what the HELLOs announce is reachable; one that
+  // failed to start stays, with an empty table.
+  routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));
   relay_ = std::make_unique<RelayService>(&discovery_, &reactor_, commSettings(), hs, relaySettingsFrom(config_),
                                           nodeId_, lookup, [] { Plugin::instance().shutdown(true); });
   if (relay_->start() != ncclSuccess) relay_.reset();
-  // After the relay port is bound: what the HELLOs announce is then reachable.
-  routes_ = std::make_unique<RouteService>(&reactor_, nics, routeServiceSettings(config_));
-  if (routes_->start() != ncclSuccess) routes_.reset();
+  (void)routes_->start();  // it WARNs why
 }
 
 NextHopResult Plugin::relayNextHops(const std::vector<HandleAddress>& peer) {

@@ -100,6 +100,8 @@ ncclResult_t RelayService::start() {
     thread_ = std::thread([this] { run(); });
   } catch (const std::exception& e) {
     MESH_WARN("relay: cannot start its thread: %s", e.what());
+    for (int fd : listenFds_) close(fd);  // nobody would serve the port
+    listenFds_.clear();
     return ncclSystemError;
   }
   return ncclSuccess;
