@@ -255,6 +255,17 @@ bool RelayService::stepSession(Session& s) {
       return true;
     }
     case Session::State::Connecting: {
+      // The requester hung up before our answer (its wait for this relay ran out, or its
+      // two-relay attempt ended): stop building a connection to C that nobody will use, and
+      // free its staging memory now rather than at the deadline. (After the answer A closes
+      // this socket as a rule, so only here does a close mean that.)
+      char probe;
+      ssize_t peeked = recv(s.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        MESH_INFO(NCCL_NET, "relay: %s gave up its request for %s before the answer; dropped",
+                  formatIpv4(s.peerAddr).c_str(), s.target.c_str());
+        return false;
+      }
       ncclResult_t r = s.onward != nullptr ? s.onward->poll(&s.fwd) : hs_->pollConnect(s.toC.get(), &s.fwd);
       if (r != ncclSuccess) {
         if (s.onward != nullptr) {
