@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -350,6 +351,10 @@ void record(Call call, int api, ncclResult_t r, Flush flush, Fill fill) {
   std::lock_guard<std::mutex> lock(gMutex);
   Recorder* s = live();
   if (s == nullptr) return;
+  // Test switch (AbiLoad.ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn): the recorder
+  // fails as it would when an allocation fails.
+  static const bool failForTest = getenv("MESH_TEST_TRACE_THROW") != nullptr;
+  if (failForTest) throw std::bad_alloc();
   Record rec = s->begin(call, api, r);
   if (!fill(s, rec)) return;
   s->emit(rec);
@@ -362,6 +367,14 @@ void record(Call call, int api, ncclResult_t r, Fill fill) {
 }
 
 }  // namespace
+
+void stopAfterHookFailure(const char* what) noexcept {
+  gOn.store(false, std::memory_order_relaxed);
+  try {
+    MESH_WARN("NCCL_MESH_TRACE: recording a call failed (%s); recording stopped, the job goes on", what);
+  } catch (...) {
+  }
+}
 
 void afterInit(int api, ncclResult_t r, void* const* ctx, uint64_t commId, int tc) {
   if (forkedChild()) return;

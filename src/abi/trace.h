@@ -31,6 +31,10 @@ namespace trace {
 extern std::atomic<bool> gOn;
 inline bool on() { return __builtin_expect(gOn.load(std::memory_order_relaxed), 0); }
 
+// A hook threw (the recorder could not allocate, or lock): recording stops with a WARN and
+// NCCL's call returns as it would have; an exception must never reach NCCL's C frames.
+void stopAfterHookFailure(const char* what) noexcept;
+
 // After every init, traced or not: the first one with NCCL_MESH_TRACE set opens the file.
 // `ctx`: the context v11/v12 returned (NULL before v11); `tc`: its traffic class.
 void afterInit(int api, ncclResult_t r, void* const* ctx, uint64_t commId, int tc);

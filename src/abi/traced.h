@@ -9,6 +9,8 @@
 // docs/DESIGN-notes.md, "Call recorder").
 #pragma once
 
+#include <exception>
+
 #include "net_v12.h"  // and, through it, v11, v10, v9 and v8
 #include "trace.h"
 
@@ -20,10 +22,22 @@ using DevHandle = ncclNetDeviceHandle_v8_t;  // one layout in every version
 // The recording path, out of line: Impl, then Hook(V, its result, the same arguments). The
 // entry points below test the flag and tail-call either this or, while it is off, Impl
 // itself with their arguments untouched: no frame, nothing kept for a hook.
+// A hook's failure stops recording; it never reaches NCCL (trace::stopAfterHookFailure).
+template <typename F>
+void hookSafely(F&& f) noexcept {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    trace::stopAfterHookFailure(e.what());
+  } catch (...) {
+    trace::stopAfterHookFailure("unknown exception");
+  }
+}
+
 template <int V, auto Impl, auto Hook, typename... A>
 __attribute__((noinline, cold)) ncclResult_t recorded(A... a) {
   ncclResult_t r = Impl(a...);
-  Hook(V, r, a...);
+  hookSafely([&] { Hook(V, r, a...); });
   return r;
 }
 
@@ -102,14 +116,14 @@ inline void setNetAttr(int v, ncclResult_t r, void* ctx, ncclNetAttr_v11_t*) { t
 template <int V, ncclResult_t (*Impl)(ncclDebugLogger_t)>
 ncclResult_t init(ncclDebugLogger_t logger) {
   ncclResult_t r = Impl(logger);
-  trace::afterInit(V, r, nullptr, 0, -1);  // not hot: opens the file on the first init
+  hookSafely([&] { trace::afterInit(V, r, nullptr, 0, -1); });  // not hot: opens the file on the first init
   return r;
 }
 
 template <int V, ncclResult_t (*Impl)(ncclDebugLogger_t, ncclProfilerCallback_t)>
 ncclResult_t initProf(ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
   ncclResult_t r = Impl(logger, prof);
-  trace::afterInit(V, r, nullptr, 0, -1);
+  hookSafely([&] { trace::afterInit(V, r, nullptr, 0, -1); });
   return r;
 }
 
@@ -118,7 +132,7 @@ template <int V,
 ncclResult_t ctxInit(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
                      ncclProfilerCallback_t prof) {
   ncclResult_t r = Impl(ctx, commId, config, logger, prof);
-  trace::afterInit(V, r, ctx, commId, config != nullptr ? config->trafficClass : -1);
+  hookSafely([&] { trace::afterInit(V, r, ctx, commId, config != nullptr ? config->trafficClass : -1); });
   return r;
 }
 

@@ -302,6 +302,32 @@ TEST_F(AbiLoad, BadSettingIsWarnedAboutByName) {
   EXPECT_TRUE(named) << "no WARN names NCCL_MESH_DEVICES='bogus':" << joinLines(warns);
 }
 
+// --- (f) the call recorder failing never reaches NCCL --------------------------------------
+
+// With NCCL_MESH_TRACE on, every call hands its arguments to the recorder after the call;
+// should the recorder throw (an allocation failed), the exception must not cross into
+// NCCL's C frames (std::terminate, NCCL's process gone): recording stops with one WARN and
+// the calls return what they would have.
+TEST_F(AbiLoad, ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn) {
+  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string prefix = std::string(dir) + "/t";
+  ScopedEnv trace("NCCL_MESH_TRACE", prefix.c_str());
+  ScopedEnv fail("MESH_TEST_TRACE_THROW", "1");
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  EXPECT_EQ(net().init(captureLog), ncclSuccess);
+  int ndev = -1;
+  EXPECT_EQ(net().devices(&ndev), ncclSuccess);
+  EXPECT_GE(ndev, 0);
+  EXPECT_EQ(net().devices(&ndev), ncclSuccess);
+  int failed = 0;
+  for (const std::string& w : logged(NCCL_LOG_WARN)) failed += contains(w, "NCCL_MESH_TRACE: recording a call failed") ? 1 : 0;
+  EXPECT_EQ(failed, 1) << joinLines(logged(NCCL_LOG_WARN));
+  EXPECT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;  // the trace file is closed
+  std::string cleanup = std::string("rm -rf '") + dir + "'";
+  EXPECT_EQ(system(cleanup.c_str()), 0);
+}
+
 // The tests assume the plugin's defaults: drop NCCL_MESH_* settings inherited from the
 // caller's shell.
 void clearMeshSettings() {
