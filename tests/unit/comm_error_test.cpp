@@ -271,14 +271,10 @@ TEST_F(CommError, ADeviceFatalErrorFailsEveryCommOnTheDevice) {
   CommSettings s;
   s.ops = fake.ops();
   SendComm again(&pair.discovery(true), s);
-  Route r;
-  r.localNic = 0;
-  r.gidIndex = 1;
-  r.local = Ipv4Prefix{(198u << 24) | (18u << 16) | 1u, 24};
-  r.peerAddr = (198u << 24) | (18u << 16) | 2u;
-  r.prefixLen = 24;
   HsMessage hello;
-  EXPECT_EQ(again.prepare({r}, 0, &hello), ncclSystemError);
+  EXPECT_EQ(again.prepare({fake::fakeRoute(0, (198u << 24) | (18u << 16) | 1u, (198u << 24) | (18u << 16) | 2u)}, 0,
+                          &hello),
+            ncclSystemError);
   EXPECT_TRUE(lastWarns("no connection is built on it until the process restarts")) << warnings_.back();
   again.close();
 }

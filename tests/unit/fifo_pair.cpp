@@ -16,15 +16,6 @@ uint32_t linkAddr(int link, bool senderSide) {
   return (198u << 24) | (18u << 16) | (static_cast<uint32_t>(link) << 8) | (senderSide ? 1u : 2u);
 }
 
-void mappedGid(uint32_t ip, uint8_t gid[16]) {
-  memset(gid, 0, 16);
-  gid[10] = gid[11] = 0xff;
-  gid[12] = static_cast<uint8_t>(ip >> 24);
-  gid[13] = static_cast<uint8_t>(ip >> 16);
-  gid[14] = static_cast<uint8_t>(ip >> 8);
-  gid[15] = static_cast<uint8_t>(ip);
-}
-
 CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc) {
   CommSettings s;
   s.qpsPerLink = o.qpsPerLink;
@@ -73,6 +64,26 @@ void FifoPair::closeComms() {
   connB_.reset();
   sender_ = nullptr;
   receiver_ = nullptr;
+}
+
+void mappedGid(uint32_t ip, uint8_t gid[16]) {
+  memset(gid, 0, 16);
+  gid[10] = gid[11] = 0xff;
+  gid[12] = static_cast<uint8_t>(ip >> 24);
+  gid[13] = static_cast<uint8_t>(ip >> 16);
+  gid[14] = static_cast<uint8_t>(ip >> 8);
+  gid[15] = static_cast<uint8_t>(ip);
+}
+
+Route fakeRoute(int nic, uint32_t local, uint32_t peer) {
+  Route r;
+  r.localNic = nic;
+  r.gidIndex = 1;
+  r.local = Ipv4Prefix{local, 24};
+  r.peerAddr = peer;
+  r.peerNic = static_cast<uint8_t>(nic);
+  r.prefixLen = 24;
+  return r;
 }
 
 void addFakePort(FakeRdma& fake, Discovery* disc, const std::string& device, uint32_t addr) {

@@ -81,6 +81,12 @@ void addFakePort(FakeRdma& fake, Discovery* disc, const std::string& device, uin
 // does. The caller deregisters b->mrs before the devices close.
 std::unique_ptr<Buffer> makeBuffer(FakeRdma& fake, const Discovery& disc, size_t size, uint8_t fill);
 
+// The IPv4-mapped GID of `ip` (::ffff:a.b.c.d).
+void mappedGid(uint32_t ip, uint8_t gid[16]);
+// A /24 route from local NIC `nic` at `local` to `peer` (on the peer's NIC of the same
+// number), GID index 1, as addFakePort's ports have.
+Route fakeRoute(int nic, uint32_t local, uint32_t peer);
+
 // A byte pattern that differs per (seed, offset).
 void fillPattern(uint8_t* data, size_t size, uint32_t seed);
 bool matchesPattern(const uint8_t* data, size_t size, uint32_t seed);

@@ -22,15 +22,6 @@ namespace {
 constexpr uint32_t kAddr = (198u << 24) | (18u << 16) | 1u;  // 198.18.0.1
 constexpr uint32_t kPeer = (198u << 24) | (18u << 16) | 2u;
 
-void mapped(uint32_t ip, uint8_t gid[16]) {
-  memset(gid, 0, 16);
-  gid[10] = gid[11] = 0xff;
-  gid[12] = static_cast<uint8_t>(ip >> 24);
-  gid[13] = static_cast<uint8_t>(ip >> 16);
-  gid[14] = static_cast<uint8_t>(ip >> 8);
-  gid[15] = static_cast<uint8_t>(ip);
-}
-
 void linkLocal(uint8_t gid[16]) {
   memset(gid, 0, 16);
   gid[0] = 0xfe;
@@ -42,7 +33,7 @@ TEST(GidNow, SameMovedGoneOrUnknown) {
   FakeRdma fake;
   ibv_context* ctx = fake.openDevice("d0");
   uint8_t known[16], v6[16];
-  mapped(kAddr, known);
+  mappedGid(kAddr, known);
   linkLocal(v6);
   // Nothing readable: keep what discovery found.
   GidNow now = gidNow(*fake.api(), ctx, "d0", 1, kAddr, 3, known);
@@ -79,13 +70,7 @@ class GidRefresh : public ::testing::Test {
     CommSettings s;
     s.ops = fake_.ops();
     SendComm comm(&disc_, s);
-    Route r;
-    r.localNic = 0;
-    r.gidIndex = 1;
-    r.local = Ipv4Prefix{kAddr, 24};
-    r.peerAddr = kPeer;
-    r.prefixLen = 24;
-    ncclResult_t rc = comm.prepare({r}, 0, hello);
+    ncclResult_t rc = comm.prepare({fakeRoute(0, kAddr, kPeer)}, 0, hello);
     comm.close();
     return rc;
   }
@@ -97,7 +82,7 @@ class GidRefresh : public ::testing::Test {
 
 TEST_F(GidRefresh, AConnectUsesTheIndexTheTableHasNow) {
   uint8_t gid[16], v6[16];
-  mapped(kAddr, gid);
+  mappedGid(kAddr, gid);
   linkLocal(v6);
   fake_.setGid("d0", 1, v6, true);
   fake_.setGid("d0", 4, gid, true);
@@ -125,7 +110,7 @@ TEST_F(GidRefresh, AConnectFromAnAddressNoLongerInTheTableFailsNamingIt) {
 
 TEST_F(GidRefresh, AnUnchangedTableKeepsTheIndexFromInit) {
   uint8_t gid[16];
-  mapped(kAddr, gid);
+  mappedGid(kAddr, gid);
   fake_.setGid("d0", 1, gid, true);
   HsMessage hello;
   ASSERT_EQ(prepare(&hello), ncclSuccess);

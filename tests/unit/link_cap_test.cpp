@@ -17,17 +17,6 @@ namespace {
 
 uint32_t ip(int link, int host) { return (198u << 24) | (18u << 16) | (static_cast<uint32_t>(link) << 8) | static_cast<uint32_t>(host); }
 
-Route routeOf(int nic, uint32_t local, uint32_t peer) {
-  Route r;
-  r.localNic = nic;
-  r.gidIndex = 1;
-  r.local = Ipv4Prefix{local, 24};
-  r.peerAddr = peer;
-  r.peerNic = static_cast<uint8_t>(nic);
-  r.prefixLen = 24;
-  return r;
-}
-
 TEST(LinkCap, ManyQpsPerLinkUseFewerLinksInsteadOfFailing) {
   FakeRdma fake;
   Discovery a, b;
@@ -43,7 +32,7 @@ TEST(LinkCap, ManyQpsPerLinkUseFewerLinksInsteadOfFailing) {
     RdmaTransport ta(&a, s), tb(&b, s);
     std::unique_ptr<PreparedConn> send, recv;
     HsMessage hello, accept;
-    ASSERT_EQ(ta.prepare(true, {routeOf(0, ip(0, 1), ip(0, 2)), routeOf(1, ip(1, 1), ip(1, 2))}, ConnOptions(), &send,
+    ASSERT_EQ(ta.prepare(true, {fakeRoute(0, ip(0, 1), ip(0, 2)), fakeRoute(1, ip(1, 1), ip(1, 2))}, ConnOptions(), &send,
                          &hello),
               ncclSuccess);
     size_t links = qps <= 8 ? 2 : 1;
@@ -51,7 +40,7 @@ TEST(LinkCap, ManyQpsPerLinkUseFewerLinksInsteadOfFailing) {
     EXPECT_EQ(hello.qps.size(), links * static_cast<size_t>(qps));
     // The acceptor's side: the links the HELLO names.
     std::vector<Route> back;
-    for (size_t l = 0; l < hello.links.size(); ++l) back.push_back(routeOf(static_cast<int>(l), ip(static_cast<int>(l), 2), ip(static_cast<int>(l), 1)));
+    for (size_t l = 0; l < hello.links.size(); ++l) back.push_back(fakeRoute(static_cast<int>(l), ip(static_cast<int>(l), 2), ip(static_cast<int>(l), 1)));
     ASSERT_EQ(tb.prepare(false, back, ConnOptions(), &recv, &accept), ncclSuccess);
     EXPECT_EQ(tb.activate(recv.get(), hello), ncclSuccess);
     EXPECT_EQ(ta.activate(send.get(), accept), ncclSuccess);

@@ -28,16 +28,6 @@ void buildNode(FakeRdma& fake, Discovery* disc, const std::string& name, const s
   for (size_t i = 0; i < addrs.size(); ++i) addFakePort(fake, disc, name + std::to_string(i), addrs[i]);
 }
 
-Route routeOf(int nic, uint32_t local, uint32_t peer) {
-  Route r;
-  r.localNic = nic;
-  r.gidIndex = 1;
-  r.local = Ipv4Prefix{local, 24};
-  r.peerAddr = peer;
-  r.prefixLen = 24;
-  return r;
-}
-
 // A -> relay 1 -> ... -> relay k -> C; link i (198.18.i.0/24) joins node i (.1) and node
 // i+1 (.2); a relay's leg is on its device 0, its hop on device 1.
 class RelayChain {
@@ -63,8 +53,8 @@ class RelayChain {
     for (int i = 0; i <= relays; ++i) {
       HsMessage hello, accept;
       int sendNic = i == 0 ? 0 : 1;
-      EXPECT_EQ(senders[i]->prepare({routeOf(sendNic, ip(i, 1), ip(i, 2))}, 0, &hello), ncclSuccess);
-      EXPECT_EQ(receivers[i]->prepare({routeOf(0, ip(i, 2), ip(i, 1))}, 0, &accept), ncclSuccess);
+      EXPECT_EQ(senders[i]->prepare({fakeRoute(sendNic, ip(i, 1), ip(i, 2))}, 0, &hello), ncclSuccess);
+      EXPECT_EQ(receivers[i]->prepare({fakeRoute(0, ip(i, 2), ip(i, 1))}, 0, &accept), ncclSuccess);
       EXPECT_EQ(receivers[i]->activate(hello), ncclSuccess);
       EXPECT_EQ(senders[i]->activate(accept), ncclSuccess);
     }
