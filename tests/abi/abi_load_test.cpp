@@ -311,6 +311,10 @@ TEST_F(AbiLoad, BadSettingIsWarnedAboutByName) {
 TEST_F(AbiLoad, ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn) {
   char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
+  struct RemoveDir {  // on every way out of the test, a failed assertion's too
+    const char* path;
+    ~RemoveDir() { (void)!system((std::string("rm -rf '") + path + "'").c_str()); }
+  } removeDir{dir};
   std::string prefix = std::string(dir) + "/t";
   ScopedEnv trace("NCCL_MESH_TRACE", prefix.c_str());
   ScopedEnv fail("MESH_TEST_TRACE_THROW", "1");
@@ -324,8 +328,6 @@ TEST_F(AbiLoad, ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn) {
   for (const std::string& w : logged(NCCL_LOG_WARN)) failed += contains(w, "NCCL_MESH_TRACE: recording a call failed") ? 1 : 0;
   EXPECT_EQ(failed, 1) << joinLines(logged(NCCL_LOG_WARN));
   EXPECT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;  // the trace file is closed
-  std::string cleanup = std::string("rm -rf '") + dir + "'";
-  EXPECT_EQ(system(cleanup.c_str()), 0);
 }
 
 // The tests assume the plugin's defaults: drop NCCL_MESH_* settings inherited from the
