@@ -119,7 +119,7 @@ run_sanitize() {
   header "tier: sanitize"
   sanitized_run asan address,undefined "" mesh_unit_tests
   # The threaded tests only, in a binary of their own (tests/CMakeLists.txt).
-  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*:FifoLitmus*:StatsDir*' mesh_unit_tests_threaded
+  sanitized_run tsan thread 'Reactor*:HandshakeTest*:RegCache*:MrRegistry*:FifoLitmus*:StatsDir*:RelayServiceTest*' mesh_unit_tests_threaded
 }
 
 # The arm64 tier: cross build into build-arm64/, then ctest -L arm64 there (every aarch64

@@ -70,6 +70,7 @@ struct RelayService::Session {
   std::vector<uint8_t> in;
   RelayOpen open;
   State state = State::Reading;
+  bool readable = true;  // Reading: poll() saw bytes (or an end) since the last read
   Clock::time_point deadline;
   std::shared_ptr<Connector> toC;         // C is cabled to us, or
   std::unique_ptr<RelayConnector> onward;  // through the next relay
@@ -152,12 +153,41 @@ void RelayService::acceptSessions(int lfd) {
     socklen_t len = sizeof(sa);
     int fd = accept4(lfd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
+    makeRoom();
     auto s = std::make_unique<Session>();
     s->fd = fd;
     s->peerAddr = ntohl(sa.sin_addr.s_addr);
     s->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
     sessions_.push_back(std::move(s));
   }
+}
+
+// Only connections that have not sent their OPEN yet are bounded (the others hold staging
+// memory, which NCCL_MESH_RELAY_MEM bounds). The oldest goes, after every one was read once:
+// an OPEN may already sit unread in a socket buffer.
+void RelayService::makeRoom() {
+  auto reading = [this] {
+    return static_cast<size_t>(std::count_if(sessions_.begin(), sessions_.end(), [](const auto& s) {
+      return s->state == Session::State::Reading;
+    }));
+  };
+  if (reading() < settings_.maxPending) return;
+  stepSessions(/*readingOnly=*/true);
+  if (reading() < settings_.maxPending) return;
+  auto oldest = std::find_if(sessions_.begin(), sessions_.end(),
+                             [](const auto& s) { return s->state == Session::State::Reading; });
+  if (oldest == sessions_.end()) return;  // maxPending 0: nothing to make room in
+  uint32_t peer = (*oldest)->peerAddr;
+  if (evicted_++ == 0) {
+    MESH_WARN("relay: %zu connections to port %d have not sent a request; closed the oldest (from %s), and will "
+              "close the oldest again whenever more come (a port scan, or a misbehaving peer?)",
+              settings_.maxPending, settings_.port, formatIpv4(peer).c_str());
+  } else {
+    MESH_INFO(NCCL_NET, "relay: closed the oldest of %zu connections that sent no request (from %s; %llu so far)",
+              settings_.maxPending, formatIpv4(peer).c_str(), static_cast<unsigned long long>(evicted_));
+  }
+  close((*oldest)->fd);
+  sessions_.erase(oldest);
 }
 
 void RelayService::replyError(Session& s, RelayStatus status, const std::string& reason) {
@@ -373,6 +403,32 @@ void RelayService::pinLibrary() {
             info.dli_fname);
 }
 
+bool RelayService::stepSessions(bool readingOnly) {
+  bool ended = false;
+  Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < sessions_.size();) {
+    Session& s = *sessions_[i];
+    bool reading = s.state == Session::State::Reading;
+    if ((readingOnly && !reading) || (!readingOnly && reading && !s.readable && now <= s.deadline)) {
+      ++i;
+      continue;
+    }
+    s.readable = false;
+    if (stepSession(s)) {
+      ++i;
+      continue;
+    }
+    if (s.toC != nullptr) hs_->discardConnect(s.toC);
+    if (s.fwd != nullptr) hs_->closeControl(s.fwd->control);
+    if (s.legListener != nullptr) hs_->closeListener(s.legListener);
+    memUsed_ -= s.reserved;
+    close(s.fd);
+    sessions_.erase(sessions_.begin() + static_cast<long>(i));
+    ended = true;
+  }
+  return ended;
+}
+
 bool RelayService::stepLinks() {
   bool active = false;
   for (size_t i = 0; i < links_.size();) {
@@ -404,7 +460,11 @@ void RelayService::run() {
       bindListeners(&lfds);
       lastBind = now;
     }
-    bool spin = !sessions_.empty() || now - lastWork < std::chrono::milliseconds(50);
+    // A session building a connection is polled every round; one still waiting for its OPEN
+    // (which may never come: a port scan, a half-open socket) is read when poll() says so.
+    bool building = std::any_of(sessions_.begin(), sessions_.end(),
+                                [](const auto& s) { return s->state != Session::State::Reading; });
+    bool spin = building || now - lastWork < std::chrono::milliseconds(50);
     // Idle: sleep in poll (1 ms) so an idle relay costs nothing. Busy: never sleep, and look
     // at the listeners once per kAcceptEvery, not on every round: the rounds are what moves
     // relayed data, and a syscall per round took a tenth of the relay thread's time.
@@ -412,28 +472,23 @@ void RelayService::run() {
       lastAccept = now;
       pfds.clear();
       for (int fd : lfds) pfds.push_back(pollfd{fd, POLLIN, 0});
+      std::vector<Session*> reading;
+      for (const auto& s : sessions_) {
+        if (s->state != Session::State::Reading) continue;
+        pfds.push_back(pollfd{s->fd, POLLIN, 0});
+        reading.push_back(s.get());
+      }
       int ready = poll(pfds.data(), pfds.size(), spin ? 0 : 1);
       if (ready > 0) {
-        for (const pollfd& p : pfds) {
-          if (p.revents & POLLIN) acceptSessions(p.fd);
+        for (size_t i = 0; i < reading.size(); ++i) {
+          if (pfds[lfds.size() + i].revents != 0) reading[i]->readable = true;
+        }
+        for (size_t i = 0; i < lfds.size(); ++i) {
+          if (pfds[i].revents & POLLIN) acceptSessions(pfds[i].fd);
         }
       }
     }
-    bool active = false;
-    for (size_t i = 0; i < sessions_.size();) {
-      Session& s = *sessions_[i];
-      if (stepSession(s)) {
-        ++i;
-        continue;
-      }
-      if (s.toC != nullptr) hs_->discardConnect(s.toC);
-      if (s.fwd != nullptr) hs_->closeControl(s.fwd->control);
-      if (s.legListener != nullptr) hs_->closeListener(s.legListener);
-      memUsed_ -= s.reserved;
-      close(s.fd);
-      sessions_.erase(sessions_.begin() + static_cast<long>(i));
-      active = true;
-    }
+    bool active = stepSessions(/*readingOnly=*/false);
     active = stepLinks() || active;
     if (active) {
       lastWork = now;  // this round's start: close enough for a 50 ms idle threshold

@@ -54,6 +54,10 @@ struct RelaySettings {
   RelayGeometry geometry;
   size_t memCap = size_t{1} << 30;
   int timeoutMs = 30000;  // one OPEN, from the request to the leg accepted
+  // Connections that have not yet sent a whole RELAY-OPEN; beyond it the oldest is closed
+  // (as the handshake's listener does: a scanner cannot grow memory, a real request, sent
+  // at once, is not locked out).
+  size_t maxPending = 256;
 };
 
 RelaySettings relaySettingsFrom(const Config& config);
@@ -117,6 +121,10 @@ class RelayService {
   void bindListeners(std::vector<int>* fds);
   void acceptSessions(int fd);
   bool stepSession(Session& s);  // false: the session is over
+  // One round over the sessions, ending finished ones; true if any ended. `readingOnly`:
+  // just those still reading their OPEN, each read whether or not poll() saw it readable.
+  bool stepSessions(bool readingOnly);
+  void makeRoom();  // at most maxPending - 1 sessions still reading their OPEN
   void replyError(Session& s, RelayStatus status, const std::string& reason);
   void endLink(std::unique_ptr<RelayLink> link, const std::string& why);
   bool stepLinks();  // one round over the links, ending failed ones; true if any moved
@@ -145,6 +153,7 @@ class RelayService {
   bool pinned_ = false;  // by start(), before the thread
   bool exitHandlerSet_ = false;
   uint64_t relayedTotal_ = 0;
+  uint64_t evicted_ = 0;  // sessions closed by makeRoom()
 };
 
 // The address a relayed connection's counters name a node by (the live counters: a sender's

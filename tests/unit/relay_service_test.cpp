@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+// The relay service's front door (mesh/relay/relay_service.h) over real sockets on 127.0.0.1,
+// its node's one port a fake RDMA device with that address: what connections that never
+// send a whole RELAY-OPEN (a port scan, a half-open socket, a peer gone quiet) may cost.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_rdma.h"
+#include "fifo_pair.h"
+#include "mesh/connect/reactor.h"
+#include "mesh/platform/log.h"
+#include "mesh/relay/relay_proto.h"
+#include "mesh/relay/relay_service.h"
+#include "warn_capture.h"
+
+using mesh::testing_support::WarnCapture;
+
+namespace mesh {
+namespace fake {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kLoopback = 0x7f000001u;
+
+// A port nobody listens on right now (the relay binds it a moment later).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(kLoopback);
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+int connectTo(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(kLoopback);
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+// True once the relay closed `fd` (end of stream) within `ms`; false while it stays open.
+bool closedByRelay(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, ms) <= 0) return false;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+// The relay thread's CPU time so far (user + system, clock ticks), -1 when it is not found.
+long relayThreadTicks() {
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  long ticks = -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string dir = std::string("/proc/self/task/") + e->d_name;
+    std::string comm;
+    std::getline(std::ifstream(dir + "/comm"), comm);
+    if (comm != "mesh-relay") continue;
+    std::string stat;
+    std::getline(std::ifstream(dir + "/stat"), stat);
+    // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    std::istringstream in(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+      if (i == 14) utime = std::stol(field);
+      if (i == 15) stime = std::stol(field);
+    }
+    ticks = utime + stime;
+  }
+  closedir(d);
+  return ticks;
+}
+
+class RelayServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setFallbackLevel(NCCL_LOG_NONE);
+    addFakePort(fake_, &disc_, "lo0", kLoopback);
+    ASSERT_EQ(reactor_.start(), ncclSuccess);
+  }
+  void TearDown() override {
+    for (int fd : clients_) close(fd);
+    if (svc_ != nullptr) svc_->stop();
+    svc_.reset();
+    reactor_.stop();
+    setFallbackLevel(NCCL_LOG_WARN);
+  }
+  // A relay serving 127.0.0.1 that keeps at most `maxPending` silent connections.
+  void startRelay(size_t maxPending) {
+    CommSettings comm;
+    comm.ops = fake_.ops();
+    HandshakeSettings hs;
+    hs.timeoutMs = 30000;
+    RelaySettings rs;
+    rs.maxPending = maxPending;
+    rs.timeoutMs = 30000;  // a silent connection is never timed out during the test
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      rs.port = freePort();
+      ASSERT_GT(rs.port, 0);
+      svc_ = std::make_unique<RelayService>(&disc_, &reactor_, comm, hs, rs, /*self=*/1, RelayLookup());
+      ASSERT_EQ(svc_->start(), ncclSuccess);
+      if (svc_->serving()) break;  // another process took the port in between: try another
+      svc_.reset();
+    }
+    ASSERT_NE(svc_, nullptr);
+    ASSERT_TRUE(svc_->serving());
+    port_ = rs.port;
+  }
+  int client() {
+    int fd = connectTo(port_);
+    EXPECT_GE(fd, 0) << strerror(errno);
+    clients_.push_back(fd);
+    return fd;
+  }
+
+  FakeRdma fake_;
+  Discovery disc_;
+  Reactor reactor_;
+  std::unique_ptr<RelayService> svc_;
+  int port_ = 0;
+  std::vector<int> clients_;
+};
+
+TEST_F(RelayServiceTest, SilentConnectionsAreBoundedAndLeaveTheThreadIdle) {
+  startRelay(/*maxPending=*/4);
+  WarnCapture warnings;
+  std::vector<int> silent;
+  for (int i = 0; i < 7; ++i) silent.push_back(client());
+  // Only silent connections: the relay thread sleeps in poll(). (It spun, a whole core, for
+  // as long as any connection was open: up to the 30 s connect timeout per scanner's socket.)
+  long before = -1;
+  for (auto until = Clock::now() + std::chrono::seconds(10); before < 0 && Clock::now() < until;) {
+    before = relayThreadTicks();  // the thread names itself once it runs
+    if (before < 0) std::this_thread::yield();
+  }
+  ASSERT_GE(before, 0) << "no thread named mesh-relay";
+  auto start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  long used = relayThreadTicks() - before;
+  double wallTicks = std::chrono::duration<double>(Clock::now() - start).count() * sysconf(_SC_CLK_TCK);
+  EXPECT_LT(used, wallTicks * 0.3) << "the relay thread used " << used << " of " << wallTicks
+                                   << " clock ticks while only silent connections were open";
+
+  // The three oldest are closed (in the order they came), the four newest kept.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(closedByRelay(silent[i], 10000)) << "connection " << i << " still open";
+  for (int i = 3; i < 7; ++i) EXPECT_FALSE(closedByRelay(silent[i], 0)) << "connection " << i << " was closed";
+
+  // A real request still gets its answer: here a refusal (the target is not cabled to this
+  // relay and the hop budget allows no other), which the newest connection reads.
+  int fd = client();
+  RelayMessage open;
+  open.type = RelayType::Open;
+  open.open.origin = 7;
+  open.open.request = 42;
+  open.open.hopBudget = 1;
+  open.open.target.port = 1;
+  open.open.target.token = 1;
+  open.open.target.addrs.push_back(HandleAddress{(198u << 24) | (18u << 16) | (9u << 8) | 2u, 24, 0});
+  std::vector<uint8_t> bytes;
+  std::string error;
+  ASSERT_TRUE(encodeRelay(open, &bytes, &error)) << error;
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  std::vector<uint8_t> in;
+  long need = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while ((need == 0 || in.size() < static_cast<size_t>(need)) && Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    uint8_t buf[kRelayMaxMessage];
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    ASSERT_GT(n, 0) << "the relay closed the request's connection without an answer";
+    in.insert(in.end(), buf, buf + n);
+    need = relayMessageLength(in.data(), in.size(), &error);
+    ASSERT_GE(need, 0) << error;
+  }
+  ASSERT_GT(need, 0) << "no answer within 10 s";
+  RelayMessage reply;
+  ASSERT_TRUE(parseRelay(in.data(), static_cast<size_t>(need), &reply, &error)) << error;
+  ASSERT_EQ(reply.type, RelayType::OpenReply);
+  EXPECT_EQ(reply.reply.request, 42u);
+  EXPECT_EQ(reply.reply.status, RelayStatus::HopBudget) << reply.reply.reason;
+  // Room for it was made by closing the oldest silent connection left.
+  EXPECT_TRUE(closedByRelay(silent[3], 10000));
+  EXPECT_FALSE(closedByRelay(silent[6], 0));
+
+  // One WARN for the first eviction, INFO after it (read once the relay thread is joined).
+  svc_->stop();
+  int evictionWarnings = 0;
+  for (const std::string& line : warnings.lines()) {
+    evictionWarnings += line.find("have not sent a request; closed the oldest") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(evictionWarnings, 1);
+}
+
+}  // namespace
+}  // namespace fake
+}  // namespace mesh
