@@ -574,15 +574,13 @@ ncclResult_t Handshaker::pollAccept(const std::shared_ptr<Listener>& l,
     }
   }
   conn->reset();
-  if (!reactor_->serving()) {
+  // Not serving: nothing will ever arrive (the post would be refused too, unless the thread
+  // stopped between the two looks).
+  bool running = reactor_->serving() && (l->acceptWanted.exchange(true, std::memory_order_acq_rel) ||
+                                         reactor_->post([this, l] { maybeProcess(this, l); }));
+  if (!running) {
     MESH_WARN("accept: the handshake thread is not running (plugin shut down, or it stopped on an error above)");
     return ncclInternalError;
-  }
-  if (!l->acceptWanted.exchange(true, std::memory_order_acq_rel)) {
-    if (!reactor_->post([this, l] { maybeProcess(this, l); })) {
-      MESH_WARN("accept: the handshake thread is not running (plugin shut down, or it stopped on an error above)");
-      return ncclInternalError;
-    }
   }
   return ncclSuccess;
 }
