@@ -71,6 +71,7 @@ struct RelayService::Session {
   RelayOpen open;
   State state = State::Reading;
   bool readable = true;  // Reading: poll() saw bytes (or an end) since the last read
+  bool silent = false;   // test only: never read, closed without an answer at the deadline
   Clock::time_point deadline;
   std::shared_ptr<Connector> toC;         // C is cabled to us, or
   std::unique_ptr<RelayConnector> onward;  // through the next relay
@@ -156,10 +157,21 @@ void RelayService::acceptSessions(int lfd) {
     makeRoom();
     auto s = std::make_unique<Session>();
     s->fd = fd;
+    s->silent = testSilent();
     s->peerAddr = ntohl(sa.sin_addr.s_addr);
     s->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
     sessions_.push_back(std::move(s));
   }
+}
+
+// Test-only (MESH_TEST_RELAY_SILENT_DIR, fabric_e2e_relay_faults_silent_relay): while the file
+// relay-silent.<pid> exists there, new requests are taken and never answered, as by a stopped
+// relay process whose kernel still completes the TCP handshake.
+bool RelayService::testSilent() {
+  static const char* dir = getenv("MESH_TEST_RELAY_SILENT_DIR");
+  if (dir == nullptr) return false;
+  std::string file = std::string(dir) + "/relay-silent." + std::to_string(getpid());
+  return access(file.c_str(), F_OK) == 0;
 }
 
 // Only connections that have not sent their OPEN yet are bounded (the others hold staging
@@ -409,12 +421,13 @@ bool RelayService::stepSessions(bool readingOnly) {
   for (size_t i = 0; i < sessions_.size();) {
     Session& s = *sessions_[i];
     bool reading = s.state == Session::State::Reading;
-    if ((readingOnly && !reading) || (!readingOnly && reading && !s.readable && now <= s.deadline)) {
+    bool wait = reading && now <= s.deadline && (s.silent || (!readingOnly && !s.readable));
+    if ((readingOnly && !reading) || wait) {
       ++i;
       continue;
     }
     s.readable = false;
-    if (stepSession(s)) {
+    if (!s.silent && stepSession(s)) {
       ++i;
       continue;
     }
@@ -474,7 +487,7 @@ void RelayService::run() {
       for (int fd : lfds) pfds.push_back(pollfd{fd, POLLIN, 0});
       std::vector<Session*> reading;
       for (const auto& s : sessions_) {
-        if (s->state != Session::State::Reading) continue;
+        if (s->state != Session::State::Reading || s->silent) continue;
         pfds.push_back(pollfd{s->fd, POLLIN, 0});
         reading.push_back(s.get());
       }

@@ -342,11 +342,23 @@ TwinConnector::~TwinConnector() {
   for (auto& d : done_) discardComm(hs_, std::move(d));
 }
 
-std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fixed, int twinLeg, int settleMs) const {
+std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fixed, int twinLeg, int settleMs,
+                                                         NodeId last) const {
   ConnOptions o = opts_;
   o.twinLeg = twinLeg;
   RelayConnector::Lookup lookup = lookup_;
-  if (!fixed.empty()) lookup = [fixed](bool) { return fixed; };
+  if (!fixed.empty()) {
+    lookup = [fixed](bool) { return fixed; };
+  } else if (last != 0) {
+    // A failed leg's relay goes last: the plan preferred it, so asked first it would cost a
+    // second timeout when it went silent (a stopped process) before the other way is tried.
+    RelayConnector::Lookup all = lookup_;
+    lookup = [all, last](bool mayWait) {
+      std::vector<NextHop> c = all(mayWait);
+      std::stable_partition(c.begin(), c.end(), [last](const NextHop& h) { return h.route.nextHop != last; });
+      return c;
+    };
+  }
   RelayConnectSettings s = settings_;
   s.settleMs = settleMs;
   // Test-only (MESH_TEST_TWIN_FAIL_LEG=2, fabric_e2e_relay_ring4_twin_fallback): that leg asks
@@ -356,7 +368,7 @@ std::unique_ptr<RelayConnector> TwinConnector::connector(std::vector<NextHop> fi
   return std::make_unique<RelayConnector>(hs_, nics_, target_, lookup, o, s);
 }
 
-void TwinConnector::single(const std::string& why) {
+void TwinConnector::single(const std::string& why, NodeId failed) {
   if (!why.empty()) {
     MESH_INFO(NCCL_INIT | NCCL_NET, "relay: connection to %s goes through one relay: %s",
               target_.addrs.empty() ? "?" : formatIpv4(nodeAddress(target_.addrs)).c_str(), why.c_str());
@@ -365,7 +377,7 @@ void TwinConnector::single(const std::string& why) {
   for (auto& d : done_) discardComm(hs_, std::move(d));
   // What is left of the picture's settling time, not a fresh one: this connect waited already.
   auto left = std::chrono::ceil<std::chrono::milliseconds>(settleUntil_ - std::chrono::steady_clock::now());
-  legs_[0] = connector({}, 0, static_cast<int>(std::max<int64_t>(0, left.count())));
+  legs_[0] = connector({}, 0, static_cast<int>(std::max<int64_t>(0, left.count())), failed);
   state_ = State::Single;
 }
 
@@ -389,6 +401,8 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
       } else {
         legs_[0] = connector({c[0]}, 1, 0);  // a fixed candidate: nothing to wait for
         legs_[1] = connector({c[j]}, 2, 0);
+        legRelay_[0] = c[0].route.nextHop;
+        legRelay_[1] = c[j].route.nextHop;
         state_ = State::Twin;
       }
     }
@@ -416,7 +430,7 @@ ncclResult_t TwinConnector::poll(std::unique_ptr<PreparedConn>* out) {
     if (legs_[i]->poll(&done_[i]) != ncclSuccess) {
       MESH_INFO(NCCL_INIT | NCCL_NET, "relay: leg %d of a two-relay connection to %s did not come up%s", i + 1,
                 c.targetText().c_str(), c.tried().c_str());
-      single("leg " + std::to_string(i + 1) + " (via " + c.via() + ") did not come up");
+      single("leg " + std::to_string(i + 1) + " (via " + c.via() + ") did not come up", legRelay_[i]);
       return ncclSuccess;
     }
     // Leg 1 is the way one relay would take (the route plan's, or the fallback rule's), leg 2

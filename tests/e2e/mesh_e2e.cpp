@@ -119,7 +119,7 @@ const ScenarioInfo kScenarios[] = {
      "                  (only the devices towards it) and through no comm (every device): devices,\n"
      "                  bytes pinned and the time of one regMr per size"},
     {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
-     "--mode kill-relay|stop-relay|kill-receiver|kill-sender|relay-cycles|relay-finalize|cut\n"
+     "--mode kill-relay|stop-relay|kill-receiver|kill-sender|relay-cycles|relay-finalize|cut|silent-relay\n"
      "                  |isolation|memcap [--count 200]\n"
      "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},
     {"route-plan", runRoutePlan, {"expect"},

@@ -33,6 +33,12 @@
 //                   (its isends stay NULL) while Y moves --messages (200) x --size (256K)
 //                   byte-exact within --bound (60 s); then X's receiver posts and X's 8
 //                   messages arrive.
+//   silent-relay    two-relay connections (NCCL_MESH_RELAY_TWIN=1) while one relay takes
+//                   requests and never answers (MESH_TEST_RELAY_SILENT_DIR, as a stopped
+//                   process): rank 1 in one round, rank 3 in the next, so in one of them it is
+//                   the way the plan prefers. A fresh 0 <-> 2 pair must connect through the
+//                   other relay and exchange within --bound (1.5 x NCCL_MESH_CONNECT_TIMEOUT_MS):
+//                   the fallback to one relay asks the leg's silent relay last.
 //   memcap          with NCCL_MESH_RELAY_MEM = one ring (4M), two 0->2 comms opened at once:
 //                   both connect, through different relays; a third finds both full and
 //                   fails within the connect timeout, naming "relay memory cap reached", which
@@ -47,6 +53,8 @@
 #include <initializer_list>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "comm_setup.h"
 #include "scenarios.h"
@@ -611,6 +619,49 @@ std::string runIsolation(Context& ctx, size_t size) {
                 xSender ? xTries : 0L, tried.c_str(), static_cast<unsigned long long>(xMessages), xSeconds);
 }
 
+// ---- silent-relay ---------------------------------------------------------------------------
+
+std::string runSilentRelay(Context& ctx) {
+  const char* dir = getenv("MESH_TEST_RELAY_SILENT_DIR");
+  if (dir == nullptr) fail("silent-relay: run with --env MESH_TEST_RELAY_SILENT_DIR=<a directory>");
+  double timeout = envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000);
+  double bound = ctx.opts.real("bound", 1.5 * timeout);
+  // Every relay heard first: the rounds below then wait for no route picture to settle.
+  if (ctx.rank == kA || ctx.rank == kC) freshExchange(ctx, kA + kC - ctx.rank, "warmup");
+  std::string file = format("%s/relay-silent.%d", dir, static_cast<int>(getpid()));
+  struct Remove {  // also when a check below fails
+    const std::string& path;
+    ~Remove() { unlink(path.c_str()); }
+  } remove{file};
+  std::string out = format("mode=silent-relay connect_timeout_s=%.1f bound_s=%.1f", timeout, bound);
+  for (int silent : {1, 3}) {
+    std::string round = format("silent%d", silent);
+    if (ctx.rank == silent) {
+      FILE* f = fopen(file.c_str(), "w");
+      if (f == nullptr) fail("silent-relay: cannot create %s", file.c_str());
+      fclose(f);
+      say("silent-relay: this rank's relay now takes requests and never answers");
+    }
+    ctx.barrier(round);
+    if (ctx.rank == kA || ctx.rank == kC) {
+      Clock::time_point t0 = Clock::now();
+      int via = freshExchange(ctx, kA + kC - ctx.rank, round);
+      double seconds = secondsSince(t0);
+      if (via == silent) fail("silent-relay: rank %d's connect went through rank %d, whose relay is silent", ctx.rank, silent);
+      if (seconds > bound) {
+        fail("silent-relay: with rank %d's relay silent, rank %d's connects and exchange with rank %d took %.2f s; "
+             "bound %.2f s (NCCL_MESH_CONNECT_TIMEOUT_MS %.1f s)", silent, ctx.rank, kA + kC - ctx.rank, seconds, bound,
+             timeout);
+      }
+      say("silent-relay: rank %d silent: connected through rank %d and exchanged in %.2f s", silent, via, seconds);
+      out += format(" %s_via=%d %s_s=%.2f", round.c_str(), via, round.c_str(), seconds);
+    }
+    ctx.barrier("after-" + round);
+    if (ctx.rank == silent) unlink(file.c_str());
+  }
+  return out;
+}
+
 // ---- memcap ---------------------------------------------------------------------------------
 
 // NCCL_MESH_RELAY_MEM holds one connection's ring: two 0 -> 2 comms opened at once must both
@@ -735,6 +786,7 @@ std::string runRelayFaults(Context& ctx) {
   std::string mode = ctx.opts.str("mode", "");
   if (mode == "relay-cycles") return runRelayCycles(ctx);
   if (mode == "cut") return runCut(ctx);
+  if (mode == "silent-relay") return runSilentRelay(ctx);
   size_t size = 0;
   if (!parseSize(ctx.opts.str("size", "256K"), &size) || size < 1 || size > (64u << 20)) {
     fail("--size %s: expected 1..64M bytes", ctx.opts.str("size", "").c_str());
@@ -744,7 +796,7 @@ std::string runRelayFaults(Context& ctx) {
   if (mode == "memcap") return runMemcap(ctx, size);
   if (mode != "kill-relay" && mode != "stop-relay" && mode != "kill-receiver" && mode != "kill-sender") {
     fail("relay-faults needs --mode kill-relay|stop-relay|kill-receiver|kill-sender|relay-cycles|relay-finalize|cut|"
-         "isolation|memcap (got '%s')",
+         "silent-relay|isolation|memcap (got '%s')",
          mode.c_str());
   }
   Fault f;

@@ -125,6 +125,7 @@ class RelayService {
   // just those still reading their OPEN, each read whether or not poll() saw it readable.
   bool stepSessions(bool readingOnly);
   void makeRoom();  // at most maxPending - 1 sessions still reading their OPEN
+  static bool testSilent();
   void replyError(Session& s, RelayStatus status, const std::string& reason);
   void endLink(std::unique_ptr<RelayLink> link, const std::string& why);
   bool stepLinks();  // one round over the links, ending failed ones; true if any moved

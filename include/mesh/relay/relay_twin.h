@@ -203,10 +203,14 @@ class TwinConnector {
 
  private:
   enum class State { Deciding, Twin, Single };
-  void single(const std::string& why);
+  // One relay from here on. `failed`: the relay of a leg that did not come up (0: none),
+  // which the fallback asks last.
+  void single(const std::string& why, NodeId failed = 0);
   // A one-relay connector: through `fixed` (a twin leg), or through the lookup's candidates
   // waiting at most `settleMs` for the route picture (twinLeg 0).
-  std::unique_ptr<RelayConnector> connector(std::vector<NextHop> fixed, int twinLeg, int settleMs) const;
+  // `last` (no `fixed`): a relay asked only after every other candidate.
+  std::unique_ptr<RelayConnector> connector(std::vector<NextHop> fixed, int twinLeg, int settleMs,
+                                            NodeId last = 0) const;
 
   Handshaker* hs_;
   std::vector<LocalNic> nics_;
@@ -218,6 +222,7 @@ class TwinConnector {
   State state_ = State::Deciding;
   std::chrono::steady_clock::time_point settleUntil_;
   std::unique_ptr<RelayConnector> legs_[2];
+  NodeId legRelay_[2] = {0, 0};  // each leg's (first) relay
   std::unique_ptr<PreparedConn> done_[2];
 };
 
