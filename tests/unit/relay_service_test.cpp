@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <fstream>
@@ -72,6 +73,20 @@ bool closedByRelay(int fd, int ms) {
   return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
 }
 
+// True once the other end closed `fd` within `ms`, whatever it sent before (read and dropped).
+bool endOfStream(int fd, int ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return errno == ECONNRESET;
+  }
+}
+
 // The relay thread's CPU time so far (user + system, clock ticks), -1 when it is not found.
 long relayThreadTicks() {
   DIR* d = opendir("/proc/self/task");
@@ -97,6 +112,40 @@ long relayThreadTicks() {
   }
   closedir(d);
   return ticks;
+}
+
+// A listening socket on 127.0.0.1 that accepts (the kernel does) and never answers: a
+// target C whose process stopped. Its port in *port.
+int silentListener(int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(kLoopback);
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 8) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+// A RELAY-OPEN for the listener at 127.0.0.1:port (cabled to the relay: its one port is on
+// 127.0.0.0/24), written whole to fd.
+void sendOpen(int fd, int port, uint64_t request) {
+  RelayMessage open;
+  open.type = RelayType::Open;
+  open.open.origin = 7;
+  open.open.request = request;
+  open.open.hopBudget = 1;
+  open.open.target.port = static_cast<uint16_t>(port);
+  open.open.target.token = 1;
+  open.open.target.addrs.push_back(HandleAddress{kLoopback, 24, 0});
+  std::vector<uint8_t> bytes;
+  std::string error;
+  ASSERT_TRUE(encodeRelay(open, &bytes, &error)) << error;
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
 }
 
 class RelayServiceTest : public ::testing::Test {
@@ -218,6 +267,33 @@ TEST_F(RelayServiceTest, SilentConnectionsAreBoundedAndLeaveTheThreadIdle) {
     evictionWarnings += line.find("have not sent a request; closed the oldest") != std::string::npos ? 1 : 0;
   }
   EXPECT_EQ(evictionWarnings, 1);
+}
+
+// A requester that hangs up while the relay is still connecting to C (its own wait ran out, or
+// its two-relay attempt ended): the relay stops building that connection and gives back its
+// staging memory at once, not at the relay's own deadline (30 s here).
+TEST_F(RelayServiceTest, ARequesterThatHangsUpWhileTheRelayConnectsIsDroppedAtOnce) {
+  startRelay(/*maxPending=*/16);
+  int cPort = 0;
+  int c = silentListener(&cPort);
+  ASSERT_GE(c, 0) << strerror(errno);
+  clients_.push_back(c);
+  int fd = client();
+  sendOpen(fd, cPort, 43);
+  // The relay took the request: it reserved a ring and its handshake reached C.
+  pollfd p{c, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "the relay never connected to the target";
+  int toC = accept4(c, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(toC, 0) << strerror(errno);
+  clients_.push_back(toC);
+  EXPECT_GT(svc_->ringBytesInUse(), 0u);
+
+  close(fd);  // the requester gives up
+  clients_.erase(std::find(clients_.begin(), clients_.end(), fd));
+  EXPECT_TRUE(endOfStream(toC, 10000)) << "the relay kept its connection to the target";
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (svc_->ringBytesInUse() != 0 && Clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(svc_->ringBytesInUse(), 0u) << "the dropped request still holds its staging memory";
 }
 
 }  // namespace
