@@ -157,9 +157,11 @@ class RelayServiceTest : public ::testing::Test {
   }
   void TearDown() override {
     for (int fd : clients_) close(fd);
+    // As the plugin's shutdown: the relay's thread, then the reactor (its tasks may still
+    // point at the relay's Handshaker), then the relay's objects.
     if (svc_ != nullptr) svc_->stop();
-    svc_.reset();
     reactor_.stop();
+    svc_.reset();
     setFallbackLevel(NCCL_LOG_WARN);
   }
   // A relay serving 127.0.0.1 that keeps at most `maxPending` silent connections.
