@@ -58,6 +58,9 @@ std::string runRegistrations(Context& ctx);
 // scenario_route_plan.cpp
 std::string runRoutePlan(Context& ctx);
 
+// scenario_gid_move.cpp
+std::string runGidMove(Context& ctx);
+
 // scenario_relay_faults.cpp
 std::string runRelayFaults(Context& ctx);
 bool relayFaultsNeedsGuard(const Context& ctx);
