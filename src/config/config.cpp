@@ -316,6 +316,11 @@ std::vector<Setting> buildTable() {
                   "1 = skip the GPUDirect RDMA flush (a 1-byte loopback RDMA READ) "
                   "after receives into GPU memory, as in NCCL's IB transport",
                   &Config::gdrFlushDisable),
+      intSetting("NCCL_MESH_PCI_RELAXED_ORDERING", "2",
+                 "PCIe relaxed ordering for the NIC's writes into NCCL's buffers (registered with "
+                 "IBV_ACCESS_RELAXED_ORDERING), as NCCL_IB_PCI_RELAXED_ORDERING: 0 = off; 1 or 2 = on where "
+                 "rdma-core has ibv_reg_mr_iova2 (1.8+). The plugin's own control memory never uses it",
+                 &Config::relaxedOrdering, 0, 2),
       boolSetting("NCCL_MESH_FORCE_FLUSH", "0",
                   "1 = `iflush` also flushes (the loopback RDMA READ) receives into host memory, "
                   "not only GPU memory. For tests of the flush path: NCCL calls `iflush` only for GPU "

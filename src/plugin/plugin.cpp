@@ -272,7 +272,17 @@ HandshakeSettings Plugin::handshakeSettings() const {
 void Plugin::buildConnectionMachinery() {
   if (netDevices_.empty()) return;
   std::vector<Registrar> registrars;
-  for (const auto& dev : discovery_.devices) registrars.push_back(verbsRegistrar(dev.get()));
+  bool relaxed = config_.relaxedOrdering != 0;
+  for (const auto& dev : discovery_.devices) registrars.push_back(verbsRegistrar(dev.get(), relaxed));
+  if (!discovery_.devices.empty()) {
+    // As NCCL IB's "[RO]" in its "NET/IB : Using" line.
+    bool used = usesRelaxedOrdering(discovery_.devices.front().get(), relaxed);
+    const char* why = !relaxed ? "NCCL_MESH_PCI_RELAXED_ORDERING=0"
+                      : used   ? "rdma-core has ibv_reg_mr_iova2"
+                               : "rdma-core has no ibv_reg_mr_iova2";
+    MESH_INFO(NCCL_INIT | NCCL_NET, "NCCL's buffers are registered %s PCIe relaxed ordering (%s)",
+              used ? "with" : "without", why);
+  }
   registry_ = std::make_unique<MrRegistry>(std::move(registrars));
   HandshakeSettings hs = handshakeSettings();
   for (const NetDevice& d : netDevices_) {

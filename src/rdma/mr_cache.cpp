@@ -219,15 +219,18 @@ std::string describeFailure(const VerbsDevice& dev, const char* call, uintptr_t 
 }
 
 bool verbsReg(const VerbsDevice* dev, uintptr_t start, size_t len, MemKind kind, int fd,
-              uint64_t offset, Registration* out, std::string* error) {
+              uint64_t offset, bool relaxedOrdering, Registration* out, std::string* error) {
   if (dev == nullptr || dev->pd() == nullptr) {
     *error = "memory registration on a device that is not open";
     return false;
   }
   const VerbsApi& api = dev->api();
-  // Relaxed ordering lets PCIe reorder writes to GPU memory; it is an optional access bit
-  // (ignored where unsupported), usable only through the iova2-era entry points.
-  int access = kBaseAccess | (api.regMrIova2 != nullptr ? IBV_ACCESS_RELAXED_ORDERING : 0);
+  // Relaxed ordering lets PCIe reorder the NIC's writes into the buffer (the CQE, strictly
+  // ordered, still comes after them); it is an optional access bit (ignored where
+  // unsupported), usable only through the iova2-era entry points. As NCCL's IB transport:
+  // NCCL's buffers only; control memory the peer writes and we poll is registered without it.
+  bool ro = usesRelaxedOrdering(dev, relaxedOrdering);
+  int access = kBaseAccess | (ro ? IBV_ACCESS_RELAXED_ORDERING : 0);
   ibv_mr* mr = nullptr;
   const char* call = nullptr;
   errno = 0;
@@ -239,7 +242,7 @@ bool verbsReg(const VerbsDevice* dev, uintptr_t start, size_t len, MemKind kind,
       return false;
     }
     mr = api.regDmabufMr(dev->pd(), offset, len, start, fd, access);
-  } else if (api.regMrIova2 != nullptr) {
+  } else if (ro) {
     call = "ibv_reg_mr_iova2";
     mr = api.regMrIova2(dev->pd(), reinterpret_cast<void*>(start), len, start,
                         static_cast<unsigned int>(access));
@@ -270,11 +273,15 @@ void verbsDereg(const VerbsDevice* dev, const Registration& reg) {
 
 }  // namespace
 
-Registrar verbsRegistrar(const VerbsDevice* device) {
+bool usesRelaxedOrdering(const VerbsDevice* device, bool allowed) {
+  return allowed && device != nullptr && device->api().regMrIova2 != nullptr;
+}
+
+Registrar verbsRegistrar(const VerbsDevice* device, bool relaxedOrdering) {
   Registrar r;
-  r.reg = [device](uintptr_t start, size_t len, MemKind kind, int fd, uint64_t offset,
-                   Registration* out, std::string* error) {
-    return verbsReg(device, start, len, kind, fd, offset, out, error);
+  r.reg = [device, relaxedOrdering](uintptr_t start, size_t len, MemKind kind, int fd, uint64_t offset,
+                                    Registration* out, std::string* error) {
+    return verbsReg(device, start, len, kind, fd, offset, relaxedOrdering, out, error);
   };
   r.dereg = [device](const Registration& reg) { verbsDereg(device, reg); };
   return r;

@@ -574,6 +574,30 @@ TEST_F(MrRegistryVerbs, PrefersIova2WithRelaxedOrdering) {
   EXPECT_EQ(g_verbs.lastIova, 0x7f0000010000u);
 }
 
+// NCCL_MESH_PCI_RELAXED_ORDERING=0, as NCCL_IB_PCI_RELAXED_ORDERING=0: the plain entry point
+// and no relaxed-ordering bit, for host and DMA-BUF memory alike, even where iova2 exists.
+TEST_F(MrRegistryVerbs, RelaxedOrderingOffRegistersWithoutIt) {
+  api_.regMrIova2 = fakeRegMrIova2;
+  api_.regDmabufMr = fakeRegDmabufMr;
+  auto dev = openDevice();
+  EXPECT_TRUE(usesRelaxedOrdering(dev.get(), true));
+  EXPECT_FALSE(usesRelaxedOrdering(dev.get(), false));
+  Registrar r = verbsRegistrar(dev.get(), /*relaxedOrdering=*/false);
+  Registration out;
+  std::string error;
+  ASSERT_TRUE(reg(r, MemKind::Host, &out, &error)) << error;
+  EXPECT_EQ(g_verbs.iova2Calls, 0);
+  EXPECT_EQ(g_verbs.regMrCalls, 1);
+  EXPECT_EQ(g_verbs.lastAccess, kAccess);
+  ASSERT_TRUE(reg(r, MemKind::Dmabuf, &out, &error)) << error;
+  EXPECT_EQ(g_verbs.dmabufCalls, 1);
+  EXPECT_EQ(g_verbs.lastAccess, kAccess);
+  // Allowed: DMA-BUF memory carries the bit too, as NCCL IB registers it.
+  Registrar on = verbsRegistrar(dev.get(), true);
+  ASSERT_TRUE(reg(on, MemKind::Dmabuf, &out, &error)) << error;
+  EXPECT_EQ(g_verbs.lastAccess, kAccess | IBV_ACCESS_RELAXED_ORDERING);
+}
+
 TEST_F(MrRegistryVerbs, DmabufNeedsTheSymbol) {
   auto dev = openDevice();
   Registrar r = verbsRegistrar(dev.get());

@@ -44,6 +44,7 @@ struct Config {
   int portMax = 0;
   bool gdrFlushDisable = false;                // NCCL_GDR_FLUSH_DISABLE
   bool forceFlush = false;                     // NCCL_MESH_FORCE_FLUSH: flush host memory too
+  int relaxedOrdering = 2;                     // NCCL_MESH_PCI_RELAXED_ORDERING: 0 off, 1/2 when rdma-core can
   // Relay (issue 15): read and validated now, used once the relay service exists.
   RelayMode relay = RelayMode::Off;            // NCCL_MESH_RELAY: off (auto not available yet)
   std::vector<StaticRoute> staticRoutes;       // NCCL_MESH_ROUTES (routes.h syntax)

@@ -110,9 +110,12 @@ class MrRegistry {
 
 class VerbsDevice;
 // The production registrar of one device: ibv_reg_mr_iova2 with relaxed ordering when
-// rdma-core has it (else ibv_reg_mr), ibv_reg_dmabuf_mr for DMA-BUF; access LOCAL_WRITE |
-// REMOTE_WRITE | REMOTE_READ. Failures explain the likely cause (RLIMIT_MEMLOCK with its
-// current value for ENOMEM/EPERM on host memory, nvidia-peermem missing for CUDA memory).
-Registrar verbsRegistrar(const VerbsDevice* device);
+// rdma-core has it and `relaxedOrdering` allows it (else ibv_reg_mr), ibv_reg_dmabuf_mr for
+// DMA-BUF (relaxed ordering on the same terms); access LOCAL_WRITE | REMOTE_WRITE |
+// REMOTE_READ. Failures explain the likely cause (RLIMIT_MEMLOCK with its current value for
+// ENOMEM/EPERM on host memory, nvidia-peermem missing for CUDA memory).
+Registrar verbsRegistrar(const VerbsDevice* device, bool relaxedOrdering = true);
+// Whether NCCL's buffers are registered with relaxed ordering on `device` (for the init log).
+bool usesRelaxedOrdering(const VerbsDevice* device, bool allowed);
 
 }  // namespace mesh
