@@ -10,8 +10,10 @@
 // A context carries what the communicator's config asked for (its traffic class).
 //
 // Contexts are looked up in a registry rather than dereferenced, so a stale or foreign ctx
-// is an error with a WARN, never a crash. The lookup costs a mutex on listen and connect
-// only (connection setup), never on the data path.
+// is an error with a WARN, never a crash. The lookup costs an uncontended mutex on listen,
+// connect and setNetAttr. The last is on NCCL's data path: NCCL 2.28+ calls it from proxy
+// progress before a transfer whose peers, channels, collective, algorithm or protocol differ
+// from the communicator's (net.cc setXferNetAttrs), so as often as once per operation.
 #pragma once
 
 #include <cstddef>
