@@ -51,7 +51,8 @@ bool checkEncodable(const Handle& handle, std::string* error) {
     setError(error, "this node has " + std::to_string(handle.addrs.size()) +
                         " mesh addresses but a handle holds at most " +
                         std::to_string(kHandleMaxAddresses) +
-                        "; restrict the ports with NCCL_MESH_HCA");
+                        "; restrict the ports with NCCL_MESH_HCA, or remove the IPv4 addresses no "
+                        "mesh cable uses from their netdevs (every address of a port counts)");
     return false;
   }
   for (const HandleAddress& a : handle.addrs) {

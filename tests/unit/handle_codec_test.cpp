@@ -101,7 +101,8 @@ TEST(HandleCodec, EncodeRejectsTooManyAddressesWithTheFix) {
   EXPECT_FALSE(encodeHandle(sampleHandle(20), b.data(), &error));
   EXPECT_EQ(error,
             "this node has 20 mesh addresses but a handle holds at most 18; restrict the ports "
-            "with NCCL_MESH_HCA");
+            "with NCCL_MESH_HCA, or remove the IPv4 addresses no mesh cable uses from their netdevs "
+            "(every address of a port counts)");
   EXPECT_FALSE(encodeHandle(sampleHandle(19), b.data(), &error));
   EXPECT_NE(error.find("has 19 mesh addresses"), std::string::npos) << error;
 }
