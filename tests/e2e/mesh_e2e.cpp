@@ -68,6 +68,9 @@ const ScenarioInfo kScenarios[] = {
      "                  device k % devices (a Spark cable: two devices to NCCL IB, or to the plugin in port\n"
      "                  mode); alltoall [--peer-channels 1]: comms per peer, each an equal part of each block;\n"
      "                  --test-oldest: test only each connection's oldest request per pass, as NCCL's proxy"},
+    {"device-fatal", runDeviceFatal, {"bound"},
+     "[--bound 5]           2 nodes, the userspace fabric: rank 1's device reports IBV_EVENT_DEVICE_FATAL and\n"
+     "                  completes nothing more; pending receives fail in bounded time, its next connect at once"},
     {"gid-move", runGidMove, {},
      "(no options)          2 nodes, the QEMU lab: rank 1's address leaves its netdev and comes back\n"
      "                  behind an IPv6 address, its RoCEv2 GID at a new index; fresh comms use it, data exact"},

@@ -3,9 +3,10 @@
 // unloaded and loaded again with no thread or object left behind (reload), hostile or
 // careless callers (bad-input: random and damaged handles, NULL pointers, double closes,
 // test() on a finished request) and a locked-memory limit too low for a registration
-// (memlock). Each checks that the plugin answers with an error in bounded time, never
+// (memlock), a NIC's fatal error (device-fatal, on the userspace fabric). Each checks that the plugin answers with an error in bounded time, never
 // crashes or hangs, loses nothing, and keeps working for everything not affected.
 #include <dirent.h>
+#include <dlfcn.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -524,8 +525,108 @@ std::string memlock(Context& ctx) {
   return format("limit=%zu big=%zu regMr_error=%s warned=ulimit-l comms_ok", limit, big, resultName(rc));
 }
 
+// ---- device-fatal ----------------------------------------------------------------------------
+
+// 2 nodes on the userspace fabric. Rank 1's device towards rank 0 suffers a fatal error
+// (meshfab_test_device_fatal, found in the verbs library the plugin loaded: every context gets
+// IBV_EVENT_DEVICE_FATAL and its CQs complete nothing more, as mlx5 after a firmware failure).
+// Each rank has a receive posted that nothing will match, so only an error can end it: rank
+// 1's must fail within --bound (5 s) with ncclSystemError and a WARN naming the event; rank
+// 0's once rank 1 closed its comms (its peer gone). Then rank 1's next connect to rank 0 must
+// fail at once, naming the earlier fatal error.
+std::string deviceFatal(Context& ctx) {
+  requireNodes(ctx, 2);
+  double bound = ctx.opts.real("bound", 5);
+  int peer = 1 - ctx.rank;
+  using Hook = int (*)(const char*);
+  Hook hook = nullptr;
+  if (ctx.rank == 1) {
+    const char* lib = getenv("NCCL_MESH_IBVERBS_LIB");
+    void* h = lib != nullptr ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+    if (h != nullptr) hook = reinterpret_cast<Hook>(dlsym(h, "meshfab_test_device_fatal"));
+    if (hook == nullptr) {
+      fail("device-fatal: no meshfab_test_device_fatal in NCCL_MESH_IBVERBS_LIB (%s): run it on the userspace fabric",
+           lib != nullptr ? lib : "unset");
+    }
+    dlclose(h);  // the plugin holds it open
+  }
+  CommTable t = establish(ctx, {{peer}, {peer}, 1, "fatal"}, ctx.deadline);
+  exchangeSmall(ctx, peer, t[peer].send[0], t[peer].recv[0], 1, "before the fatal error");
+  HostBuffer buf(4096);
+  void* mh = regHost(ctx, t[peer].recv[0], buf, "device-fatal receive");
+  void* req = postRecv(ctx, t[peer].recv[0], buf.data(), buf.size(), 99, mh, "device-fatal receive");
+  ctx.barrier("posted");
+  size_t mark = ctx.net.logSize();
+  std::string device = format("fab_p%d", peer);
+  if (ctx.rank == 1) {
+    say("device-fatal: %s suffers a fatal error now", device.c_str());
+    int rc = hook(device.c_str());
+    if (rc != 0) fail("device-fatal: meshfab_test_device_fatal(%s) returned %d", device.c_str(), rc);
+  }
+  Clock::time_point t0 = Clock::now();
+  double limit = ctx.rank == 1 ? bound : bound + 10;  // rank 0: after rank 1's error and close
+  ncclResult_t rc = ncclSuccess;
+  for (;;) {
+    int done = 0;
+    size_t got[1] = {0};
+    rc = ctx.net->test(req, &done, got, 1);
+    if (rc != ncclSuccess) break;
+    if (done) fail("device-fatal: a receive nothing matched completed (%zu bytes)", got[0]);
+    if (secondsSince(t0) > limit) {
+      fail("device-fatal: rank %d's pending receive still had no error %.1f s after rank 1's device failed", ctx.rank,
+           limit);
+    }
+    pollPause(1000);
+  }
+  double seconds = secondsSince(t0);
+  std::string warn;
+  if (ctx.rank == 1) {
+    if (rc != ncclSystemError) fail("device-fatal: the receive failed with %s, not ncclSystemError", resultName(rc));
+    warn = ctx.net.findWarn("IBV_EVENT_DEVICE_FATAL", mark);
+    if (warn.empty()) fail("device-fatal: no WARN names IBV_EVENT_DEVICE_FATAL (last WARN: %s)", ctx.net.lastWarn().c_str());
+  } else if (!isPeerFailure(rc)) {
+    fail("device-fatal: rank 0's receive failed with %s, not a peer failure", resultName(rc));
+  }
+  say("device-fatal: the pending receive failed with %s after %.3f s", resultName(rc), seconds);
+  deregHost(ctx, t[peer].recv[0], mh, "device-fatal receive");
+  closeAll(ctx, t);
+
+  // A new connection from rank 1 is refused on the spot.
+  std::string connectError = "n/a";
+  if (ctx.rank == 0) {
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* lc = nullptr;
+    ctx.net.check(ctx.net->listen(ctx.dev, handle, &lc), "listen", "device-fatal: the last listener");
+    ctx.rv->publish("handle", std::string(reinterpret_cast<char*>(handle), sizeof(handle)));
+    ctx.rv->fetch("tried", ctx.deadline, "rank 1's connect after the fatal error");
+    ctx.net.check(ctx.net->closeListen(lc), "closeListen", "device-fatal");
+  } else {
+    std::string bytes = ctx.rv->fetch("handle", ctx.deadline, "rank 0's listen handle");
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    memcpy(handle, bytes.data(), std::min(bytes.size(), sizeof(handle)));
+    size_t before = ctx.net.logSize();
+    void* sc = nullptr;
+    ncclNetDeviceHandle_v8_t* devComm = nullptr;
+    Deadline by(10, "the connect after the fatal error");
+    ncclResult_t crc = ncclSuccess;
+    while ((crc = ctx.net->connect(ctx.dev, handle, &sc, &devComm)) == ncclSuccess && sc == nullptr && !by.expired()) {
+      pollPause(1000);
+    }
+    ctx.rv->publish("tried", "");
+    if (crc == ncclSuccess) fail("device-fatal: a connect on the failed device %s", sc != nullptr ? "succeeded" : "never ended");
+    if (ctx.net.findWarn("reported a fatal error earlier", before).empty()) {
+      fail("device-fatal: the refused connect's WARN does not name the earlier fatal error (last WARN: %s)",
+           ctx.net.lastWarn().c_str());
+    }
+    connectError = resultName(crc);
+  }
+  return format("role=%s error=%s after_s=%.3f next_connect=%s", ctx.rank == 1 ? "failed-device" : "peer",
+                resultName(rc), seconds, connectError.c_str());
+}
+
 }  // namespace
 
+std::string runDeviceFatal(Context& ctx) { return deviceFatal(ctx); }
 std::string runLinkDown(Context& ctx) { return linkDown(ctx); }
 std::string runReload(Context& ctx) { return reload(ctx); }
 std::string runBadInput(Context& ctx) { return badInput(ctx); }

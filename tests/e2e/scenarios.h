@@ -34,6 +34,7 @@ std::string runLinkDown(Context& ctx);
 std::string runReload(Context& ctx);
 std::string runBadInput(Context& ctx);
 std::string runMemlock(Context& ctx);
+std::string runDeviceFatal(Context& ctx);
 // scenario_data.cpp
 std::string runPair(Context& ctx);
 std::string runLinks(Context& ctx);

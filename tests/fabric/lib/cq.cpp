@@ -36,6 +36,8 @@ void removeChannelEvents(Cq* cq) {
 }  // namespace
 
 bool Fabric::pushCqe(Cq* cq, const Cqe& e) {
+  // A device after a fatal error (as mlx5 after IBV_EVENT_DEVICE_FATAL) polls nothing more.
+  if (cq->ctx->dev->fatal) return true;
   if (cq->count == cq->ring.size()) {
     if (!cq->overflowed) {
       cq->overflowed = true;

@@ -586,6 +586,25 @@ int ibv_get_async_event(ibv_context* ctx, ibv_async_event* ev) {
   }
 }
 
+// Test-only (not rdma-core's): device `name` suffers a fatal error, as a NIC whose firmware
+// died: every context of it gets IBV_EVENT_DEVICE_FATAL and its CQs never complete anything
+// again. 0, or ENODEV when no device has that name. The e2e scenario device-fatal finds it
+// with dlsym in the library the plugin loaded.
+int meshfab_test_device_fatal(const char* name) {
+  Fabric* f = Fabric::get();
+  std::lock_guard<std::mutex> lk(f->mu);
+  for (auto& d : f->devices) {
+    if (name == nullptr || d->name != name) continue;
+    d->fatal = true;
+    trace("%s: fatal error (test)", d->name.c_str());
+    ibv_async_event ev{};
+    ev.event_type = IBV_EVENT_DEVICE_FATAL;
+    for (Context* c : d->contexts) f->queueAsyncEvent(c, ev);
+    return 0;
+  }
+  return ENODEV;
+}
+
 void ibv_ack_async_event(ibv_async_event* ev) {
   Fabric* f = Fabric::get();
   std::lock_guard<std::mutex> lk(f->mu);

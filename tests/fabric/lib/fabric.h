@@ -100,6 +100,7 @@ struct Device {
   DevStats* stats = nullptr;
   std::vector<Context*> contexts;
   bool present = true;  // false once its netdev disappeared from the namespace
+  bool fatal = false;   // meshfab_test_device_fatal: it completes nothing any more
   Pacer pacer;          // its link's rate caps and delay (pace.h); uncapped by default
   bool paceLoaded = false;
 };
