@@ -51,7 +51,8 @@ enum Event : int {
   kConnectFails,     // connects or accepts that failed
   kCloses,           // comms closed by NCCL
   kCommErrors,       // comms that failed after they were connected (a dead peer, a QP error)
-  kRelayRetries,     // relayed connects that fell back to the next candidate relay
+  kRelayRetries,     // relay requests that failed and moved on to the next candidate (or, every
+                     // 100 ms while the connect waits for a relay to start, to the same ones again)
   kTruncations,      // sends larger than the receive they matched
   kSlotsFull,        // links or flows that found no free slot (their bytes are not counted)
   kEventCount,
