@@ -594,31 +594,26 @@ std::string deviceFatal(Context& ctx) {
   // A new connection from rank 1 is refused on the spot.
   std::string connectError = "n/a";
   if (ctx.rank == 0) {
-    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    void* lc = nullptr;
-    ctx.net.check(ctx.net->listen(ctx.dev, handle, &lc), "listen", "device-fatal: the last listener");
-    ctx.rv->publish("handle", std::string(reinterpret_cast<char*>(handle), sizeof(handle)));
+    void* lc = listenAndPublish(ctx, "h.0.1.after-fatal", "listen for rank 1 after its fatal error");
     ctx.rv->fetch("tried", ctx.deadline, "rank 1's connect after the fatal error");
     ctx.net.check(ctx.net->closeListen(lc), "closeListen", "device-fatal");
   } else {
-    std::string bytes = ctx.rv->fetch("handle", ctx.deadline, "rank 0's listen handle");
-    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    memcpy(handle, bytes.data(), std::min(bytes.size(), sizeof(handle)));
+    std::string handle = ctx.rv->fetch("h.0.1.after-fatal", ctx.deadline, "rank 0's listen handle");
     size_t before = ctx.net.logSize();
-    void* sc = nullptr;
-    ncclNetDeviceHandle_v8_t* devComm = nullptr;
-    Deadline by(10, "the connect after the fatal error");
-    ncclResult_t crc = ncclSuccess;
-    while ((crc = ctx.net->connect(ctx.dev, handle, &sc, &devComm)) == ncclSuccess && sc == nullptr && !by.expired()) {
-      pollPause(1000);
-    }
+    ConnectDriver driver(ctx);
+    PendingConn* c = driver.addConnect(0, 0, handle, "connect rank1->rank0 after the fatal error");
+    c->mayFail = true;
+    c->giveUp = Deadline(10, "the connect after the fatal error");
+    driver.drive(ctx.deadline);
     ctx.rv->publish("tried", "");
-    if (crc == ncclSuccess) fail("device-fatal: a connect on the failed device %s", sc != nullptr ? "succeeded" : "never ended");
+    if (c->comm != nullptr || c->timedOut) {
+      fail("device-fatal: a connect on the failed device %s", c->comm != nullptr ? "succeeded" : "never ended");
+    }
     if (ctx.net.findWarn("reported a fatal error earlier", before).empty()) {
       fail("device-fatal: the refused connect's WARN does not name the earlier fatal error (last WARN: %s)",
            ctx.net.lastWarn().c_str());
     }
-    connectError = resultName(crc);
+    connectError = resultName(c->rc);
   }
   return format("role=%s error=%s after_s=%.3f next_connect=%s", ctx.rank == 1 ? "failed-device" : "peer",
                 resultName(rc), seconds, connectError.c_str());
