@@ -295,6 +295,12 @@ std::vector<Setting> buildTable() {
                  "(ncclNet v10+); -1 = the communicator's, else 0. The connecting side decides "
                  "for both ends",
                  &Config::trafficClass, -1, 255),
+      intSetting("NCCL_MESH_IB_FIFO_TC", "-1",
+                 "Traffic class (0..255) of the receiving side's QPs, which carry its credits (the "
+                 "FIFO entries it writes into the sender) and its ACKs, as NCCL_IB_FIFO_TC: a separate "
+                 "class lets RoCE QoS give the small control writes priority over data; each receiving "
+                 "node decides for itself; -1 = the connection's class",
+                 &Config::fifoTrafficClass, -1, 255),
       intSetting("NCCL_MESH_IB_SL", "0", "Service level (0..15), as NCCL_IB_SL",
                  &Config::serviceLevel, 0, 15),
       mtuSetting(),

@@ -276,14 +276,20 @@ ncclResult_t Comm::connectQp(int q, const HsQp& r) {
   rem.localGidIndex = l.route.gidIndex;
   int localMtu = offeredMtu(*l.port, settings_.mtuCap);
   rem.mtu = negotiatedMtu(localMtu, r.mtu);
-  MESH_CHECK(qps_[q].qp.toRtr(rem, tuning_));
-  MESH_CHECK(qps_[q].qp.toRts(tuning_));
+  // A receiver's data QPs send its credits (the FIFO entries) and its ACKs: NCCL_IB_FIFO_TC's
+  // counterpart gives them their own class, decided by the receiving node alone (NCCL 2.28.9
+  // net_ib.cc ncclIbRtrQp(fifoTc=true) in ncclIbAccept only; 2.30.7 net_ib/connect.cc
+  // ncclIbAccept). The flush QP keeps the connection's class, as there.
+  QpTuning tuning = tuning_;
+  if (!sender_ && settings_.fifoTrafficClass >= 0) tuning.trafficClass = settings_.fifoTrafficClass;
+  MESH_CHECK(qps_[q].qp.toRtr(rem, tuning));
+  MESH_CHECK(qps_[q].qp.toRts(tuning));
   if (q % settings_.qpsPerLink == 0) {
     MESH_INFO(NCCL_INIT | NCCL_NET,
               "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d%s",
               sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
               l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
-              qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, tuning_.trafficClass,
+              qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, tuning.trafficClass,
               peerMtuNote(localMtu, r.mtu).c_str());
   }
   return ncclSuccess;

@@ -255,6 +255,7 @@ CommSettings Plugin::commSettings() const {
   s.tuning.retryCnt = config_.ibRetryCnt;
   s.tuning.rnrRetry = config_.ibRnrRetry;
   s.envTrafficClass = config_.trafficClass;
+  s.fifoTrafficClass = config_.fifoTrafficClass;
   s.tuning.serviceLevel = config_.serviceLevel;
   return s;
 }

@@ -319,21 +319,26 @@ std::string twoHundredFiftySix(Link& l) {
 }
 
 // With a class set anywhere, every connection line of this rank reports the class NCCL's
-// precedence picks (NCCL_MESH_IB_TC, else the communicator's): the receiver's too.
+// precedence picks (NCCL_MESH_IB_TC, else the communicator's): the receiver's too, unless this
+// node sets NCCL_MESH_IB_FIFO_TC (NCCL_IB_FIFO_TC's counterpart): then its receive lines report
+// that class (its data QPs carry its credits and ACKs).
 std::string checkTrafficClass(Context& ctx, size_t mark) {
   if (ctx.net.isNcclIb()) return "tc=- (NCCL IB logs no connection line)";
   const char* env = getenv("NCCL_MESH_IB_TC");
   int want = env != nullptr && *env != '\0' ? atoi(env) : (ctx.trafficClass >= 0 ? ctx.trafficClass : 0);
+  const char* fifoEnv = getenv("NCCL_MESH_IB_FIFO_TC");
+  int fifo = fifoEnv != nullptr && *fifoEnv != '\0' ? atoi(fifoEnv) : -1;
   int lines = 0;
   for (const ConnLine& c : ctx.net.connLines(mark)) {
     ++lines;
-    if (c.raw.find(format("tc=%d", want)) == std::string::npos) {
+    int expect = c.dir == "recv" && fifo >= 0 ? fifo : want;
+    if (c.raw.find(format("tc=%d", expect)) == std::string::npos) {
       fail("connection line without tc=%d (NCCL's precedence: NCCL_MESH_IB_TC, else the communicator's "
-           "trafficClass %d): %s", want, ctx.trafficClass, c.raw.c_str());
+           "trafficClass %d; a receiver's NCCL_MESH_IB_FIFO_TC %d): %s", expect, ctx.trafficClass, fifo, c.raw.c_str());
     }
   }
   if (lines == 0) fail("no connection line logged (run with the plugin's INFO lines captured)");
-  return format("tc=%d conn_lines=%d", want, lines);
+  return fifo >= 0 ? format("tc=%d fifo_tc=%d conn_lines=%d", want, fifo, lines) : format("tc=%d conn_lines=%d", want, lines);
 }
 
 std::string contract(Context& ctx) {

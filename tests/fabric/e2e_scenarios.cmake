@@ -51,6 +51,8 @@ fabric_scenario(memlock 2 60 -- memlock)
 # abandoned connects with dlclose, a fork mid-traffic.
 fabric_scenario(contract_v8 2 60 -- contract)
 fabric_scenario(contract_v11 2 60 -- contract --api v11 --traffic-class 96)
+# NCCL_IB_FIFO_TC's counterpart: every receive line says 184, every send line the comm's 96.
+fabric_scenario(contract_fifo_tc 2 60 --env NCCL_MESH_IB_FIFO_TC=184 -- contract --api v11 --traffic-class 96)
 fabric_scenario(abort_reload 2 120 -- abort-reload --api v11 --cycles 20)
 fabric_scenario(fork 2 60 -- fork)
 # Beyond the lab's 4 nodes: 8 ranks, 4 comm pairs per neighbour.

@@ -10,7 +10,8 @@
 //  - traffic class: NCCL 2.28.9 net_ib.cc ncclIbConnect / 2.30.7 net_ib/connect.cc
 //    ncclIbConnectImpl: NCCL_IB_TC when set, else the communicator's trafficClass, else 0;
 //    the connector decides and sends it in its metadata, and ncclIbAccept builds the
-//    receiver's QPs (flush QP included) with the connector's value.
+//    receiver's QPs (flush QP included) with the connector's value, except that
+//    NCCL_IB_FIFO_TC, when set on the accepting node, replaces it on the receiver's data QPs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -155,6 +156,23 @@ TEST_F(CommLifecycle, TheEnvironmentWinsOverTheCommunicatorsClass) {
   FifoPair p(fake_, o);
   EXPECT_EQ(classesOn(fake_, {"a0"}), std::vector<int>({32}));
   EXPECT_EQ(classesOn(fake_, {"b0"}), std::vector<int>({32, 32}));
+}
+
+// NCCL_IB_FIFO_TC's counterpart: the receiving node's own setting, on its data QPs only (they
+// carry its credits and ACKs); the flush QP and every sender QP keep the connection's class. A
+// sender's setting changes nothing (NCCL reads it in ncclIbAccept only).
+TEST_F(CommLifecycle, TheReceiversFifoClassIsOnItsDataQpsOnly) {
+  PairOptions o;
+  o.links = 2;
+  o.qpsPerLink = 2;
+  o.connTc = 96;
+  o.senderFifoTc = 8;
+  o.receiverFifoTc = 184;
+  o.forceFlush = true;
+  FifoPair p(fake_, o);
+  EXPECT_EQ(classesOn(fake_, {"a0", "a1"}), std::vector<int>({96, 96, 96, 96}));
+  EXPECT_EQ(classesOn(fake_, {"b0"}), std::vector<int>({184, 184, 96})) << "two data QPs, then the flush QP";
+  EXPECT_EQ(classesOn(fake_, {"b1"}), std::vector<int>({184, 184, 96}));
 }
 
 TEST_F(CommLifecycle, NoClassAnywhereIsZero) {

@@ -82,6 +82,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
               {"NCCL_MESH_IB_RETRY_CNT", "3"},
               {"NCCL_MESH_IB_RNR_RETRY", "0"},
               {"NCCL_MESH_IB_TC", "106"},
+              {"NCCL_MESH_IB_FIFO_TC", "184"},
               {"NCCL_MESH_IB_SL", "5"},
               {"NCCL_MESH_IB_MTU", "1024"},
               {"NCCL_MESH_QPS_PER_CONN", "4"},
@@ -112,6 +113,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
   EXPECT_EQ(c.ibRetryCnt, 3);
   EXPECT_EQ(c.ibRnrRetry, 0);
   EXPECT_EQ(c.trafficClass, 106);
+  EXPECT_EQ(c.fifoTrafficClass, 184);
   EXPECT_EQ(c.serviceLevel, 5);
   EXPECT_EQ(c.mtu, 1024);
   EXPECT_EQ(c.qpsPerConn, 4);
@@ -166,6 +168,7 @@ TEST(Config, IntegersOutsideTheirRangeFallBackToTheDefault) {
                         Case{"NCCL_MESH_IB_RETRY_CNT", "-1", "0", "7", "8"},
                         Case{"NCCL_MESH_IB_RNR_RETRY", "-1", "0", "7", "8"},
                         Case{"NCCL_MESH_IB_TC", "-2", "-1", "255", "256"},
+                        Case{"NCCL_MESH_IB_FIFO_TC", "-2", "-1", "255", "256"},
                         Case{"NCCL_MESH_IB_SL", "-1", "0", "15", "16"},
                         Case{"NCCL_MESH_QPS_PER_CONN", "0", "1", "16", "17"},
                         Case{"NCCL_MESH_CONNECT_TIMEOUT_MS", "99", "100", "3600000", "3600001"},
@@ -338,7 +341,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
        {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_CUDA_LIB", "NCCL_MESH_HCA", "NCCL_MESH_DEVICES", "NCCL_MESH_SPEED",
         "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_PEER_TIMEOUT_MS",
         "NCCL_MESH_IB_TIMEOUT",
-        "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_SL",
+        "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_FIFO_TC", "NCCL_MESH_IB_SL",
         "NCCL_MESH_IB_MTU", "NCCL_MESH_QPS_PER_CONN", "NCCL_MESH_SPLIT_MIN", "NCCL_MESH_CHUNK_SIZE",
         "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_GDR_FLUSH_DISABLE", "NCCL_MESH_PCI_RELAXED_ORDERING",
         "NCCL_MESH_FORCE_FLUSH", "NCCL_MESH_RELAY", "NCCL_MESH_ROUTES", "NCCL_MESH_RELAY_PORT",
@@ -346,7 +349,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_RELAY_MEM", "NCCL_MESH_STATS", "NCCL_MESH_STATS_DIR", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 35u);
+  EXPECT_EQ(names.size(), 36u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

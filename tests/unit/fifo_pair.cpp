@@ -16,13 +16,14 @@ uint32_t linkAddr(int link, bool senderSide) {
   return (198u << 24) | (18u << 16) | (static_cast<uint32_t>(link) << 8) | (senderSide ? 1u : 2u);
 }
 
-CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc) {
+CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc, int fifoTc) {
   CommSettings s;
   s.qpsPerLink = o.qpsPerLink;
   s.splitMin = o.splitMin;
   s.maxWrBytes = o.maxWrBytes;
   s.forceFlush = o.forceFlush;
   s.envTrafficClass = envTc;
+  s.fifoTrafficClass = fifoTc;
   s.ops = fake.ops();
   return s;
 }
@@ -32,8 +33,8 @@ CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc) 
 FifoPair::FifoPair(FakeRdma& fake, PairOptions options) : fake_(fake), options_(options) {
   buildSide(&discA_, "a", true);
   buildSide(&discB_, "b", false);
-  transportA_ = std::make_unique<RdmaTransport>(&discA_, settingsFor(options_, fake_, options_.senderEnvTc));
-  transportB_ = std::make_unique<RdmaTransport>(&discB_, settingsFor(options_, fake_, options_.receiverEnvTc));
+  transportA_ = std::make_unique<RdmaTransport>(&discA_, settingsFor(options_, fake_, options_.senderEnvTc, options_.senderFifoTc));
+  transportB_ = std::make_unique<RdmaTransport>(&discB_, settingsFor(options_, fake_, options_.receiverEnvTc, options_.receiverFifoTc));
   ConnOptions opts;
   opts.trafficClass = options_.connTc;
   HsMessage hello, accept;

@@ -31,6 +31,8 @@ struct PairOptions {
   int senderEnvTc = -1;     // NCCL_MESH_IB_TC on the sender's node (-1: unset)
   int receiverEnvTc = -1;   // ... on the receiver's node
   int connTc = -1;          // the communicator's trafficClass (v10/v11), -1: unset
+  int senderFifoTc = -1;    // NCCL_MESH_IB_FIFO_TC on the sender's node (-1: unset)
+  int receiverFifoTc = -1;  // ... on the receiver's node
 };
 
 struct Buffer {

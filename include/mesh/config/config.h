@@ -34,6 +34,7 @@ struct Config {
   int ibRetryCnt = 7;                          // NCCL_MESH_IB_RETRY_CNT
   int ibRnrRetry = 7;                          // NCCL_MESH_IB_RNR_RETRY (7 = infinite)
   int trafficClass = -1;                       // NCCL_MESH_IB_TC, -1: unset
+  int fifoTrafficClass = -1;                   // NCCL_MESH_IB_FIFO_TC, -1: unset
   int serviceLevel = 0;                        // NCCL_MESH_IB_SL
   int mtu = 0;                                 // NCCL_MESH_IB_MTU: 0 auto, else 256..4096
   int qpsPerConn = 1;                          // NCCL_MESH_QPS_PER_CONN (1..16)

@@ -213,6 +213,7 @@ struct CommSettings {
   bool gdrFlushDisable = false;
   bool flushQps = true;          // receivers create GPUDirect flush QPs (false: host memory only)
   int envTrafficClass = -1;      // NCCL_MESH_IB_TC; -1: unset (see resolveTrafficClass)
+  int fifoTrafficClass = -1;     // NCCL_MESH_IB_FIFO_TC: a receiver's data QPs; -1: unset
   QpTuning tuning;               // trafficClass is resolved per connection
   const DataOps* ops = verbsDataOps();  // the data path's verbs calls (a fake in unit tests)
 };
