@@ -303,6 +303,12 @@ std::vector<Setting> buildTable() {
                  &Config::fifoTrafficClass, -1, 255),
       intSetting("NCCL_MESH_IB_SL", "0", "Service level (0..15), as NCCL_IB_SL",
                  &Config::serviceLevel, 0, 15),
+      boolSetting("NCCL_MESH_IB_ECE_ENABLE", "1",
+                  "1 = negotiate Enhanced Connection Establishment options (ibv_query_ece / ibv_set_ece, "
+                  "rdma-core 31+; mlx5 agrees on features such as selective repeat this way) for every QP, "
+                  "as NCCL_IB_ECE_ENABLE; providers without ECE (rxe) connect without. The connecting node "
+                  "decides; 0 = never",
+                  &Config::ibEce),
       mtuSetting(),
       intSetting("NCCL_MESH_QPS_PER_CONN", "1",
                  "RC QPs per connection and link; large messages are striped over "

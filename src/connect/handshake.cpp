@@ -268,7 +268,7 @@ void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
     if (next == nullptr) return;
     HsMessage accept;
     ncclResult_t r = hs->transport()->prepare(false, next->routes, ConnOptions(), &next->conn, &accept);
-    if (r == ncclSuccess) r = hs->transport()->activate(next->conn.get(), next->hello);
+    if (r == ncclSuccess) r = hs->transport()->activate(next->conn.get(), next->hello, &accept);
     if (r != ncclSuccess) {
       refuse(hs, l.get(), next, "could not set up the RDMA side of the connection (see the peer's log)");
       continue;
@@ -448,7 +448,7 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
   if (msg.type != HsType::Accept || msg.token != c->handle.token || msg.links.size() != c->routes.size()) {
     return finishConnect(hs, c, "unexpected reply from " + c->peer, ncclRemoteError);
   }
-  ncclResult_t r = hs->transport()->activate(c->conn.get(), msg);
+  ncclResult_t r = hs->transport()->activate(c->conn.get(), msg, nullptr);
   if (r != ncclSuccess) return finishConnect(hs, c, "bringing the QPs to RTS failed", r);
   HsMessage ready;
   ready.type = HsType::Ready;

@@ -119,6 +119,7 @@ ncclResult_t Comm::prepare(const std::vector<Route>& routes, int trafficClass, H
   MESH_CHECK(allocCtrl());
   MESH_CHECK(createDevSlots());
   MESH_CHECK(createQps());
+  if (sender_ && settings_.ece) MESH_CHECK(offerEce());
   MESH_CHECK(createExtra());
   describe(local);
   return ncclSuccess;
@@ -170,6 +171,9 @@ void Comm::describe(HsMessage* local) const {
     HsLink hl = linkForRoute(l.route);
     hl.ctrlAddr = ctrlAddr;
     hl.ctrlRkey = devs_[l.devSlot].ctrlMr->rkey;
+    hl.hasEce = sender_ && l.hasEce;  // a receiver's is added in activate()
+    hl.eceVendor = hl.hasEce ? l.ece.vendorId : 0;
+    hl.eceOptions = hl.hasEce ? l.ece.options : 0;
     local->links.push_back(hl);
   }
   for (int q = 0; q < nqps_; ++q) {
@@ -242,7 +246,7 @@ ncclResult_t Comm::createQps() {
   return ncclSuccess;
 }
 
-ncclResult_t Comm::activate(const HsMessage& remote) {
+ncclResult_t Comm::activate(const HsMessage& remote, HsMessage* reply) {
   if (!sender_) {
     originAddr_ = remote.originAddr;
     twinLeg_ = remote.twinLeg;
@@ -253,6 +257,8 @@ ncclResult_t Comm::activate(const HsMessage& remote) {
                "peer %s describes %zu links x %d QPs, we have %zu x %d (NCCL_MESH_QPS_PER_CONN must "
                "match on all ranks)",
                peer.c_str(), remote.links.size(), remote.qpsPerLink, links_.size(), settings_.qpsPerLink);
+  MESH_REQUIRE(sender_ || reply == nullptr || reply->links.size() == links_.size(), ncclInternalError,
+               "accept reply describes %zu links, the comm has %zu", reply->links.size(), links_.size());
   // The connector chose the classes for both ends (a HELLO from a peer that predates this
   // carries none: keep our own).
   if (!sender_ && remote.trafficClass >= 0) {
@@ -262,9 +268,67 @@ ncclResult_t Comm::activate(const HsMessage& remote) {
   for (size_t l = 0; l < links_.size(); ++l) {
     links_[l].remoteCtrl = remote.links[l].ctrlAddr;
     links_[l].remoteRkey = remote.links[l].ctrlRkey;
+    MESH_CHECK(setEce(l, remote.links[l]));
   }
   for (int q = 0; q < nqps_; ++q) MESH_CHECK(connectQp(q, remote.qps[q]));
+  for (size_t l = 0; l < links_.size(); ++l) {
+    if (!sender_) MESH_CHECK(settleEce(l, reply));
+    logLink(l, remote.qps[l * static_cast<size_t>(settings_.qpsPerLink)].mtu);
+  }
   return activateExtra();
+}
+
+// ECE as NCCL's IB transport negotiates it (NCCL_IB_ECE_ENABLE, default 1; 2.28.9 net_ib.cc
+// ncclIbConnect / ncclIbAccept, 2.30.7 net_ib/connect.cc): the connector queries its new QPs
+// and sends what they offer; the acceptor sets that on its QPs before RTR and, after RTS,
+// queries what they settled on and sends it back; the connector sets that before its own
+// RTR. Only the connector's setting decides whether ECE is offered. Providers without ECE
+// (rxe, siw, an rdma-core before 31) answer "unsupported" and the connection goes on without.
+ncclResult_t Comm::offerEce() {
+  for (Link& l : links_) {
+    const QueuePair& first = qps_[static_cast<size_t>(&l - links_.data()) * static_cast<size_t>(settings_.qpsPerLink)].qp;
+    EceResult r = first.queryEce(&l.ece);
+    MESH_REQUIRE(r != EceResult::Failed, ncclSystemError, "cannot read the ECE options of the QPs on %s",
+                 l.port->label().c_str());
+    l.hasEce = r == EceResult::Ok;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t Comm::setEce(size_t link, const HsLink& remote) {
+  Link& l = links_[link];
+  l.hasEce = false;
+  if (!remote.hasEce) return ncclSuccess;
+  Ece want{remote.eceVendor, remote.eceOptions};
+  bool all = true;
+  for (int q = 0; q < nqps_; ++q) {
+    if (qps_[q].link != static_cast<int>(link)) continue;
+    EceResult r = qps_[q].qp.setEce(want);
+    MESH_REQUIRE(r != EceResult::Failed, ncclSystemError, "cannot set the ECE options %s on the QPs of %s",
+                 sender_ ? "the peer's QPs settled on" : "the peer offered", l.port->label().c_str());
+    all = all && r == EceResult::Ok;
+  }
+  l.hasEce = all;
+  l.ece = want;
+  return ncclSuccess;
+}
+
+ncclResult_t Comm::settleEce(size_t link, HsMessage* reply) {
+  Link& l = links_[link];
+  if (l.hasEce) {
+    const QueuePair& first = qps_[link * static_cast<size_t>(settings_.qpsPerLink)].qp;
+    EceResult r = first.queryEce(&l.ece);
+    MESH_REQUIRE(r != EceResult::Failed, ncclSystemError, "cannot read the ECE options the QPs on %s settled on",
+                 l.port->label().c_str());
+    l.hasEce = r == EceResult::Ok;
+  }
+  if (reply != nullptr) {
+    HsLink& hl = reply->links[link];
+    hl.hasEce = l.hasEce;
+    hl.eceVendor = l.hasEce ? l.ece.vendorId : 0;
+    hl.eceOptions = l.hasEce ? l.ece.options : 0;
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t Comm::connectQp(int q, const HsQp& r) {
@@ -274,25 +338,34 @@ ncclResult_t Comm::connectQp(int q, const HsQp& r) {
   rem.psn = r.psn;
   memcpy(rem.gid, r.gid, 16);
   rem.localGidIndex = l.route.gidIndex;
-  int localMtu = offeredMtu(*l.port, settings_.mtuCap);
-  rem.mtu = negotiatedMtu(localMtu, r.mtu);
-  // A receiver's data QPs send its credits (the FIFO entries) and its ACKs: NCCL_IB_FIFO_TC's
-  // counterpart gives them their own class, decided by the receiving node alone (NCCL 2.28.9
-  // net_ib.cc ncclIbRtrQp(fifoTc=true) in ncclIbAccept only; 2.30.7 net_ib/connect.cc
-  // ncclIbAccept). The flush QP keeps the connection's class, as there.
+  rem.mtu = negotiatedMtu(offeredMtu(*l.port, settings_.mtuCap), r.mtu);
+  MESH_CHECK(qps_[q].qp.toRtr(rem, qpTuning()));
+  MESH_CHECK(qps_[q].qp.toRts(qpTuning()));
+  return ncclSuccess;
+}
+
+// A receiver's data QPs send its credits (the FIFO entries) and its ACKs: NCCL_IB_FIFO_TC's
+// counterpart gives them their own class, decided by the receiving node alone (NCCL 2.28.9
+// net_ib.cc ncclIbRtrQp(fifoTc=true) in ncclIbAccept only; 2.30.7 net_ib/connect.cc
+// ncclIbAccept). The flush QP keeps the connection's class, as there.
+QpTuning Comm::qpTuning() const {
   QpTuning tuning = tuning_;
   if (!sender_ && settings_.fifoTrafficClass >= 0) tuning.trafficClass = settings_.fifoTrafficClass;
-  MESH_CHECK(qps_[q].qp.toRtr(rem, tuning));
-  MESH_CHECK(qps_[q].qp.toRts(tuning));
-  if (q % settings_.qpsPerLink == 0) {
-    MESH_INFO(NCCL_INIT | NCCL_NET,
-              "conn %s peer=%s link=%d local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d%s",
-              sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), qps_[q].link,
-              l.port->label().c_str(), formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex,
-              qps_[q].qp.qpn(), mtuToBytes(rem.mtu), settings_.qpsPerLink, tuning.trafficClass,
-              peerMtuNote(localMtu, r.mtu).c_str());
-  }
-  return ncclSuccess;
+  return tuning;
+}
+
+void Comm::logLink(size_t link, int peerMtu) const {
+  const Link& l = links_[link];
+  const Qp& q = qps_[link * static_cast<size_t>(settings_.qpsPerLink)];
+  int localMtu = offeredMtu(*l.port, settings_.mtuCap);
+  char ece[48] = "";
+  if (l.hasEce) snprintf(ece, sizeof(ece), " ece=0x%x:0x%x", l.ece.vendorId, l.ece.options);
+  MESH_INFO(NCCL_INIT | NCCL_NET,
+            "conn %s peer=%s link=%zu local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d%s%s",
+            sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), link, l.port->label().c_str(),
+            formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex, q.qp.qpn(),
+            mtuToBytes(negotiatedMtu(localMtu, peerMtu)), settings_.qpsPerLink, qpTuning().trafficClass, ece,
+            peerMtuNote(localMtu, peerMtu).c_str());
 }
 
 // --- completions and errors --------------------------------------------------------------
@@ -635,8 +708,8 @@ std::unique_ptr<Comm> RdmaTransport::makeComm(bool sender) const {
   return std::make_unique<RecvComm>(disc_, settings_);
 }
 
-ncclResult_t RdmaTransport::activate(PreparedConn* conn, const HsMessage& remote) {
-  return static_cast<Comm*>(conn)->activate(remote);
+ncclResult_t RdmaTransport::activate(PreparedConn* conn, const HsMessage& remote, HsMessage* reply) {
+  return static_cast<Comm*>(conn)->activate(remote, reply);
 }
 
 }  // namespace mesh

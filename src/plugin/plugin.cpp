@@ -256,6 +256,7 @@ CommSettings Plugin::commSettings() const {
   s.tuning.rnrRetry = config_.ibRnrRetry;
   s.envTrafficClass = config_.trafficClass;
   s.fifoTrafficClass = config_.fifoTrafficClass;
+  s.ece = config_.ibEce;
   s.tuning.serviceLevel = config_.serviceLevel;
   return s;
 }

@@ -178,6 +178,42 @@ ncclResult_t QueuePair::toRts(const QpTuning& tuning) {
                 "RTS");
 }
 
+EceResult QueuePair::queryEce(Ece* out) const {
+  if (dev_->api().queryEce == nullptr) return EceResult::Unsupported;
+  ibv_ece ece{};
+  int rc = dev_->api().queryEce(qp_, &ece);
+  if (rc == EOPNOTSUPP || rc == ENOTSUP) return EceResult::Unsupported;
+  if (rc != 0) {
+    MESH_WARN("ibv_query_ece failed on %s:%d QPN %u: %s (errno %d); NCCL_MESH_IB_ECE_ENABLE=0 connects without ECE",
+              dev_->name().c_str(), port_, qpn(), strerror(rc), rc);
+    return EceResult::Failed;
+  }
+  if (ece.comp_mask != 0) {
+    MESH_INFO(NCCL_NET, "%s:%d: ibv_query_ece says comp_mask 0x%x, which the handshake cannot carry: no ECE",
+              dev_->name().c_str(), port_, ece.comp_mask);
+    return EceResult::Unsupported;
+  }
+  out->vendorId = ece.vendor_id;
+  out->options = ece.options;
+  return EceResult::Ok;
+}
+
+EceResult QueuePair::setEce(const Ece& want) {
+  if (dev_->api().setEce == nullptr) return EceResult::Unsupported;
+  ibv_ece ece{};
+  ece.vendor_id = want.vendorId;
+  ece.options = want.options;
+  int rc = dev_->api().setEce(qp_, &ece);
+  if (rc == EOPNOTSUPP || rc == ENOTSUP) return EceResult::Unsupported;
+  if (rc != 0) {
+    MESH_WARN("ibv_set_ece(vendor 0x%x, options 0x%x) failed on %s:%d QPN %u: %s (errno %d); "
+              "NCCL_MESH_IB_ECE_ENABLE=0 on the connecting node connects without ECE",
+              want.vendorId, want.options, dev_->name().c_str(), port_, qpn(), strerror(rc), rc);
+    return EceResult::Failed;
+  }
+  return EceResult::Ok;
+}
+
 void QueuePair::toError() {
   if (qp_ == nullptr) return;
   ibv_qp_attr attr{};

@@ -179,7 +179,7 @@ CheckResult checkIbSettings(const DoctorFacts& f) {
   static const std::map<std::string, std::string> kMeshEquivalent = {
       {"NCCL_IB_HCA", "NCCL_MESH_HCA"},        {"NCCL_IB_GID_INDEX", "NCCL_MESH_GID_INDEX"},
       {"NCCL_IB_TC", "NCCL_MESH_IB_TC"},       {"NCCL_IB_SL", "NCCL_MESH_IB_SL"},
-      {"NCCL_IB_FIFO_TC", "NCCL_MESH_IB_FIFO_TC"},
+      {"NCCL_IB_FIFO_TC", "NCCL_MESH_IB_FIFO_TC"}, {"NCCL_IB_ECE_ENABLE", "NCCL_MESH_IB_ECE_ENABLE"},
       {"NCCL_IB_TIMEOUT", "NCCL_MESH_IB_TIMEOUT"}, {"NCCL_IB_RETRY_CNT", "NCCL_MESH_IB_RETRY_CNT"},
       {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_MESH_QPS_PER_CONN"}};
   std::vector<std::string> set, fixes;

@@ -28,19 +28,19 @@ constexpr uint8_t kClassesTwinShift = 4;   // bits 4..5: HELLO of a two-relay co
 constexpr uint8_t kClassesTwinMask = 0x30;
 constexpr uint8_t kMaxServiceLevel = 15;
 
-// LinkInfo offsets. The fields the header lists end at 24; the last 8 bytes are reserved
-// (the header's own layout string adds up to 28, its kHsLinkSize says 32: the 4 bytes it
-// leaves out are treated as reserved so both sides agree on where every field lives).
+// LinkInfo offsets (the header's layout: flags bit 0 says whether the ECE fields are set).
 constexpr size_t kLinkSenderAddr = 0;
 constexpr size_t kLinkReceiverAddr = 4;
 constexpr size_t kLinkSenderNic = 8;
 constexpr size_t kLinkReceiverNic = 9;
 constexpr size_t kLinkPrefixLen = 10;
-constexpr size_t kLinkReserved8 = 11;
+constexpr size_t kLinkFlags = 11;
 constexpr size_t kLinkCtrlAddr = 12;
 constexpr size_t kLinkCtrlRkey = 20;
-constexpr size_t kLinkReservedTail = 24;
-static_assert(kLinkReservedTail + 8 == kHsLinkSize, "link fields must tile LinkInfo");
+constexpr size_t kLinkEceVendor = 24;
+constexpr size_t kLinkEceOptions = 28;
+static_assert(kLinkEceOptions + 4 == kHsLinkSize, "link fields must tile LinkInfo");
+constexpr uint8_t kLinkFlagEce = 1;
 
 // QpInfo offsets.
 constexpr size_t kQpQpn = 0;
@@ -237,6 +237,11 @@ void putLink(uint8_t* p, const HsLink& link) {
   p[kLinkPrefixLen] = link.prefixLen;
   putLe(p + kLinkCtrlAddr, link.ctrlAddr, 8);
   putLe(p + kLinkCtrlRkey, link.ctrlRkey, 4);
+  if (link.hasEce) {
+    p[kLinkFlags] = kLinkFlagEce;
+    putLe(p + kLinkEceVendor, link.eceVendor, 4);
+    putLe(p + kLinkEceOptions, link.eceOptions, 4);
+  }
 }
 
 void putQp(uint8_t* p, const HsQp& qp) {
@@ -255,8 +260,14 @@ bool allZero(const uint8_t* p, size_t bytes) {
 }
 
 bool getLink(const uint8_t* p, size_t index, HsLink* link, std::string* error) {
-  if (p[kLinkReserved8] != 0 || !allZero(p + kLinkReservedTail, kHsLinkSize - kLinkReservedTail)) {
+  if ((p[kLinkFlags] & ~kLinkFlagEce) != 0 ||
+      ((p[kLinkFlags] & kLinkFlagEce) == 0 && !allZero(p + kLinkEceVendor, kHsLinkSize - kLinkEceVendor))) {
     return fail(error, "link " + str(index) + " has non-zero reserved bytes");
+  }
+  link->hasEce = (p[kLinkFlags] & kLinkFlagEce) != 0;
+  if (link->hasEce) {
+    link->eceVendor = static_cast<uint32_t>(getLe(p + kLinkEceVendor, 4));
+    link->eceOptions = static_cast<uint32_t>(getLe(p + kLinkEceOptions, 4));
   }
   link->senderAddr = static_cast<uint32_t>(getLe(p + kLinkSenderAddr, 4));
   link->receiverAddr = static_cast<uint32_t>(getLe(p + kLinkReceiverAddr, 4));

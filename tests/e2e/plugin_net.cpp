@@ -117,6 +117,8 @@ bool parseConnLine(const std::string& text, ConnLine* out) {
       parseInt(value, &c.qpn);
     } else if (key == "mtu") {
       parseInt(value, &c.mtu);
+    } else if (key == "ece") {
+      c.ece = value;
     }
   }
   if (!havePeer || !haveLocal) return false;

@@ -36,6 +36,7 @@ struct ConnLine {
   int gidIndex = -1;
   int qpn = -1;
   int mtu = 0;
+  std::string ece;     // "0x<vendor>:0x<options>" when the link's QPs use ECE, else ""
   std::string raw;
 };
 

@@ -341,6 +341,23 @@ std::string checkTrafficClass(Context& ctx, size_t mark) {
   return fifo >= 0 ? format("tc=%d fifo_tc=%d conn_lines=%d", want, fifo, lines) : format("tc=%d conn_lines=%d", want, lines);
 }
 
+// ECE (NCCL_IB_ECE_ENABLE's counterpart): MESH_E2E_EXPECT_ECE names what every connection
+// line of this rank must say: "0x<vendor>:0x<options>" (both ends settled on the fabric's
+// options) or "none" (no ECE: NCCL_MESH_IB_ECE_ENABLE=0, or a provider without it). Unset: not
+// checked (the lab's Soft-RoCE has no ECE).
+std::string checkEce(Context& ctx, size_t mark) {
+  const char* want = getenv("MESH_E2E_EXPECT_ECE");
+  if (want == nullptr || *want == '\0' || ctx.net.isNcclIb()) return "";
+  std::string expect = strcmp(want, "none") == 0 ? "" : want;
+  int lines = 0;
+  for (const ConnLine& c : ctx.net.connLines(mark)) {
+    ++lines;
+    if (c.ece != expect) fail("connection line with ece=%s, expected %s: %s", c.ece.empty() ? "(none)" : c.ece.c_str(), want, c.raw.c_str());
+  }
+  if (lines == 0) fail("no connection line logged (run with the plugin's INFO lines captured)");
+  return format(" ece=%s", want);
+}
+
 std::string contract(Context& ctx) {
   requireNodes(ctx, 2);
   bool sender = ctx.rank == 0;
@@ -360,6 +377,7 @@ std::string contract(Context& ctx) {
     ctx.barrier("contract-phase");
   }
   out += checkTrafficClass(ctx, mark);
+  out += checkEce(ctx, mark);
   deregHost(ctx, comm, l.region.mh, "contract: buffers");
   closeAll(ctx, t);
   return out;

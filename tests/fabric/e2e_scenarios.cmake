@@ -53,6 +53,11 @@ fabric_scenario(contract_v8 2 60 -- contract)
 fabric_scenario(contract_v11 2 60 -- contract --api v11 --traffic-class 96)
 # NCCL_IB_FIFO_TC's counterpart: every receive line says 184, every send line the comm's 96.
 fabric_scenario(contract_fifo_tc 2 60 --env NCCL_MESH_IB_FIFO_TC=184 -- contract --api v11 --traffic-class 96)
+# ECE as NCCL IB negotiates it, on a fabric that answers as mlx5 (MESHFAB_ECE): both ends' lines
+# show the options they settled on; NCCL_MESH_IB_ECE_ENABLE=0 or a provider without ECE: none.
+fabric_scenario(contract_ece 2 60 --env MESHFAB_ECE=15b3:30000003 --env MESH_E2E_EXPECT_ECE=0x15b3:0x30000003 -- contract)
+fabric_scenario(contract_ece_off 2 60 --env NCCL_MESH_IB_ECE_ENABLE=0 --env MESH_E2E_EXPECT_ECE=none -- contract)
+fabric_scenario(contract_ece_unsupported 2 60 --env MESHFAB_ECE=off --env MESH_E2E_EXPECT_ECE=none -- contract)
 fabric_scenario(abort_reload 2 120 -- abort-reload --api v11 --cycles 20)
 fabric_scenario(fork 2 60 -- fork)
 # Beyond the lab's 4 nodes: 8 ranks, 4 comm pairs per neighbour.

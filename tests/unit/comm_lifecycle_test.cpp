@@ -175,6 +175,91 @@ TEST_F(CommLifecycle, TheReceiversFifoClassIsOnItsDataQpsOnly) {
   EXPECT_EQ(classesOn(fake_, {"b1"}), std::vector<int>({184, 184, 96}));
 }
 
+// ECE, as NCCL IB negotiates it (2.28.9 net_ib.cc ncclIbConnect / ncclIbAccept, 2.30.7
+// net_ib/connect.cc): the sender offers what its QPs query (caps 0x30000003), the receiver sets
+// that before RTR and answers what its QPs settled on (AND its caps 0x30000001), the sender sets
+// that before its RTR. Every data QP of both ends then runs with 0x30000001; the flush QP is
+// not negotiated. A sender that set its own offer would run 0x30000003; a receiver that skipped
+// the set, nothing.
+std::vector<int64_t> eceOn(const FakeRdma& fake, const std::vector<std::string>& devices) {
+  std::vector<int64_t> out;
+  for (const std::string& d : devices) {
+    for (uint32_t qpn : fake.qpnsOn(d)) out.push_back(fake.eceAtRtr(qpn));
+  }
+  return out;
+}
+
+int eceSetsOn(const FakeRdma& fake, const std::vector<std::string>& devices) {
+  int n = 0;
+  for (const std::string& d : devices) {
+    for (uint32_t qpn : fake.qpnsOn(d)) n += fake.eceSets(qpn);
+  }
+  return n;
+}
+
+constexpr uint32_t kMellanox = 0x15b3;
+
+TEST_F(CommLifecycle, EceIsNegotiatedAsNcclIbDoes) {
+  for (const char* d : {"a0", "a1"}) fake_.enableEce(d, kMellanox, 0x30000003);
+  for (const char* d : {"b0", "b1"}) fake_.enableEce(d, kMellanox, 0x30000001);
+  PairOptions o;
+  o.links = 2;
+  o.qpsPerLink = 2;
+  o.forceFlush = true;
+  FifoPair p(fake_, o);
+  EXPECT_EQ(eceOn(fake_, {"a0", "a1"}), std::vector<int64_t>(4, 0x30000001));
+  EXPECT_EQ(eceOn(fake_, {"b0"}), std::vector<int64_t>({0x30000001, 0x30000001, -1})) << "data QPs, flush QP";
+  EXPECT_EQ(eceOn(fake_, {"b1"}), std::vector<int64_t>({0x30000001, 0x30000001, -1}));
+  EXPECT_EQ(eceSetsOn(fake_, {"a0", "a1", "b0", "b1"}), 8) << "one set per data QP";
+  transfer(p, 1 << 20);
+}
+
+// NCCL_IB_ECE_ENABLE=0's counterpart on the connecting node: nothing is offered, so no QP of
+// either end is set, whatever the receiver's own setting says.
+TEST_F(CommLifecycle, EceOffOnTheSenderSetsNothingAnywhere) {
+  fake_.enableEce("a0", kMellanox, 0x30000001);
+  fake_.enableEce("b0", kMellanox, 0x30000001);
+  PairOptions o;
+  o.senderEce = false;
+  FifoPair p(fake_, o);
+  EXPECT_EQ(eceSetsOn(fake_, {"a0", "b0"}), 0);
+  EXPECT_EQ(eceOn(fake_, {"a0", "b0"}), std::vector<int64_t>({-1, -1, -1})) << "b0 has its flush QP too";
+  transfer(p, 4096);
+}
+
+// A receiver whose provider has no ECE (rxe answers EOPNOTSUPP) answers without, and the
+// sender then leaves its QPs alone.
+TEST_F(CommLifecycle, EceOnlyOnTheSendersDeviceIsNotUsed) {
+  fake_.enableEce("a0", kMellanox, 0x30000001);
+  FifoPair p(fake_);
+  EXPECT_EQ(eceSetsOn(fake_, {"a0"}), 0);
+  EXPECT_EQ(eceOn(fake_, {"a0", "b0"}), std::vector<int64_t>({-1, -1, -1})) << "b0 has its flush QP too";
+  transfer(p, 4096);
+}
+
+// A sender whose provider has no ECE offers nothing; the receiver's QPs are not set.
+TEST_F(CommLifecycle, EceOnlyOnTheReceiversDeviceIsNotUsed) {
+  fake_.enableEce("b0", kMellanox, 0x30000001);
+  FifoPair p(fake_);
+  EXPECT_EQ(eceSetsOn(fake_, {"b0"}), 0);
+  EXPECT_EQ(eceOn(fake_, {"a0", "b0"}), std::vector<int64_t>({-1, -1, -1})) << "b0 has its flush QP too";
+  transfer(p, 4096);
+}
+
+// A set that fails for another reason than "unsupported" fails the connection, as NCCL's
+// wrap_ibv_set_ece does, naming the way out.
+TEST_F(CommLifecycle, AFailingEceSetFailsTheConnectionWithAHint) {
+  fake_.enableEce("a0", kMellanox, 0x30000001);
+  fake_.enableEce("b0", kMellanox, 0x30000001, EIO);
+  PairOptions o;
+  o.mayFail = true;
+  FifoPair p(fake_, o);
+  EXPECT_EQ(p.receiverActivated(), ncclSystemError);
+  bool hinted = false;
+  for (const std::string& w : warnings_.lines()) hinted = hinted || w.find("NCCL_MESH_IB_ECE_ENABLE=0") != std::string::npos;
+  EXPECT_TRUE(hinted) << warnings_.last();
+}
+
 TEST_F(CommLifecycle, NoClassAnywhereIsZero) {
   FifoPair p(fake_);
   EXPECT_EQ(classesOn(fake_, {"a0", "b0"}), std::vector<int>({0, 0, 0}));

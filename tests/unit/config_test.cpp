@@ -84,6 +84,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
               {"NCCL_MESH_IB_TC", "106"},
               {"NCCL_MESH_IB_FIFO_TC", "184"},
               {"NCCL_MESH_IB_SL", "5"},
+              {"NCCL_MESH_IB_ECE_ENABLE", "0"},
               {"NCCL_MESH_IB_MTU", "1024"},
               {"NCCL_MESH_QPS_PER_CONN", "4"},
               {"NCCL_MESH_SPLIT_MIN", "1M"},
@@ -115,6 +116,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
   EXPECT_EQ(c.trafficClass, 106);
   EXPECT_EQ(c.fifoTrafficClass, 184);
   EXPECT_EQ(c.serviceLevel, 5);
+  EXPECT_FALSE(c.ibEce);
   EXPECT_EQ(c.mtu, 1024);
   EXPECT_EQ(c.qpsPerConn, 4);
   EXPECT_EQ(c.splitMin, 1u << 20);
@@ -341,7 +343,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
        {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_CUDA_LIB", "NCCL_MESH_HCA", "NCCL_MESH_DEVICES", "NCCL_MESH_SPEED",
         "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_PEER_TIMEOUT_MS",
         "NCCL_MESH_IB_TIMEOUT",
-        "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_FIFO_TC", "NCCL_MESH_IB_SL",
+        "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_FIFO_TC", "NCCL_MESH_IB_SL", "NCCL_MESH_IB_ECE_ENABLE",
         "NCCL_MESH_IB_MTU", "NCCL_MESH_QPS_PER_CONN", "NCCL_MESH_SPLIT_MIN", "NCCL_MESH_CHUNK_SIZE",
         "NCCL_MESH_LISTEN_ADDR", "NCCL_MESH_PORT_RANGE", "NCCL_GDR_FLUSH_DISABLE", "NCCL_MESH_PCI_RELAXED_ORDERING",
         "NCCL_MESH_FORCE_FLUSH", "NCCL_MESH_RELAY", "NCCL_MESH_ROUTES", "NCCL_MESH_RELAY_PORT",
@@ -349,7 +351,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_RELAY_MEM", "NCCL_MESH_STATS", "NCCL_MESH_STATS_DIR", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 36u);
+  EXPECT_EQ(names.size(), 37u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

@@ -167,6 +167,8 @@ int modifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     q->dest = attr->dest_qp_num;
     q->trafficClass = attr->ah_attr.grh.traffic_class;
     q->serviceLevel = attr->ah_attr.sl;
+    auto ece = f.ece_.find(q->device);
+    if (ece != f.ece_.end() && q->eceSet) q->eceAtRtr = q->eceOptions & ece->second.caps;
   }
   q->state = attr->qp_state;
   qp->state = attr->qp_state;
@@ -174,6 +176,32 @@ int modifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     f.event("qp_err " + std::to_string(qp->qp_num));
     f.toError(q);
   }
+  return 0;
+}
+
+int queryEce(ibv_qp* qp, ibv_ece* out) {
+  FakeRdma& f = F();
+  FakeRdma::Qp* q = f.qpOf(qp);
+  if (q == nullptr) return EINVAL;
+  auto it = f.ece_.find(q->device);
+  if (it == f.ece_.end()) return EOPNOTSUPP;
+  out->vendor_id = it->second.vendor;
+  out->options = q->state >= IBV_QPS_RTR && q->eceSet ? q->eceOptions & it->second.caps : it->second.caps;
+  out->comp_mask = 0;
+  return 0;
+}
+
+int setEce(ibv_qp* qp, ibv_ece* ece) {
+  FakeRdma& f = F();
+  FakeRdma::Qp* q = f.qpOf(qp);
+  if (q == nullptr) return EINVAL;
+  auto it = f.ece_.find(q->device);
+  if (it == f.ece_.end()) return EOPNOTSUPP;
+  ++q->eceSets;
+  if (it->second.setErrno != 0) return it->second.setErrno;
+  if (ece->vendor_id != it->second.vendor || ece->comp_mask != 0) return EINVAL;
+  q->eceSet = true;
+  q->eceOptions = ece->options;
   return 0;
 }
 
@@ -308,6 +336,8 @@ FakeRdma::FakeRdma() {
   api_.createQp = createQp;
   api_.modifyQp = modifyQp;
   api_.destroyQp = destroyQp;
+  api_.queryEce = queryEce;
+  api_.setEce = setEce;
   api_.wcStatusStr = wcStatusStr;
   ops_ = DataOps{postSend, postRecv, pollCq};
 }
@@ -548,6 +578,20 @@ std::vector<uint32_t> FakeRdma::qpnsOn(const std::string& device) const {
 uint32_t FakeRdma::destQpn(uint32_t qpn) const {
   auto it = qps_.find(qpn);
   return it == qps_.end() ? 0 : it->second->dest;
+}
+
+void FakeRdma::enableEce(const std::string& device, uint32_t vendor, uint32_t caps, int setErrno) {
+  ece_[device] = EceDevice{vendor, caps, setErrno};
+}
+
+int64_t FakeRdma::eceAtRtr(uint32_t qpn) const {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? -1 : it->second->eceAtRtr;
+}
+
+int FakeRdma::eceSets(uint32_t qpn) const {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? 0 : it->second->eceSets;
 }
 
 int FakeRdma::trafficClass(uint32_t qpn) const {

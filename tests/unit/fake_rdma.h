@@ -70,6 +70,15 @@ class FakeRdma {
   void setGid(const std::string& device, int index, const uint8_t gid[16], bool rocev2);
   void clearGid(const std::string& device, int index);
 
+  // --- ECE (ibv_query_ece / ibv_set_ece; a device without it answers EOPNOTSUPP, as rxe) ---
+  // QPs on `device` offer `vendor`/`caps`; after a set and RTR they use the set options AND
+  // caps (what they settled on). A set naming another vendor is EINVAL; `setErrno` != 0 makes
+  // every set fail with it.
+  void enableEce(const std::string& device, uint32_t vendor, uint32_t caps, int setErrno = 0);
+  // The options QP `qpn` was set to when it moved to RTR (AND the device's caps), -1 if none.
+  int64_t eceAtRtr(uint32_t qpn) const;
+  int eceSets(uint32_t qpn) const;  // ibv_set_ece calls on the QP
+
   // --- inspection ---
   const std::vector<std::string>& events() const { return events_; }
   void clearEvents() { events_.clear(); }
@@ -121,6 +130,10 @@ class FakeRdma {
     uint32_t dest = 0;
     int trafficClass = -1;
     int serviceLevel = -1;
+    bool eceSet = false;
+    uint32_t eceOptions = 0;
+    int eceSets = 0;
+    int64_t eceAtRtr = -1;
     std::deque<Wr> sq;
     std::deque<uint64_t> rq;
     int maxSend = 0, maxRecv = 0;
@@ -154,6 +167,12 @@ class FakeRdma {
   std::map<uint32_t, std::unique_ptr<Qp>> qps_;   // by QPN
   std::map<ibv_cq*, std::unique_ptr<Cq>> cqs_;
   std::map<uint32_t, std::unique_ptr<Mr>> mrs_;   // by lkey
+  struct EceDevice {
+    uint32_t vendor = 0;
+    uint32_t caps = 0;
+    int setErrno = 0;
+  };
+  std::map<std::string, EceDevice> ece_;  // by device name
   std::map<std::string, int> reads_;
   std::map<uint32_t, uint64_t> written_;
   std::map<uint32_t, uint64_t> posted_, signaledPosted_;

@@ -16,7 +16,7 @@ uint32_t linkAddr(int link, bool senderSide) {
   return (198u << 24) | (18u << 16) | (static_cast<uint32_t>(link) << 8) | (senderSide ? 1u : 2u);
 }
 
-CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc, int fifoTc) {
+CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc, int fifoTc, bool ece) {
   CommSettings s;
   s.qpsPerLink = o.qpsPerLink;
   s.splitMin = o.splitMin;
@@ -24,6 +24,7 @@ CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc, 
   s.forceFlush = o.forceFlush;
   s.envTrafficClass = envTc;
   s.fifoTrafficClass = fifoTc;
+  s.ece = ece;
   s.ops = fake.ops();
   return s;
 }
@@ -33,15 +34,19 @@ CommSettings settingsFor(const PairOptions& o, const FakeRdma& fake, int envTc, 
 FifoPair::FifoPair(FakeRdma& fake, PairOptions options) : fake_(fake), options_(options) {
   buildSide(&discA_, "a", true);
   buildSide(&discB_, "b", false);
-  transportA_ = std::make_unique<RdmaTransport>(&discA_, settingsFor(options_, fake_, options_.senderEnvTc, options_.senderFifoTc));
-  transportB_ = std::make_unique<RdmaTransport>(&discB_, settingsFor(options_, fake_, options_.receiverEnvTc, options_.receiverFifoTc));
+  transportA_ = std::make_unique<RdmaTransport>(&discA_, settingsFor(options_, fake_, options_.senderEnvTc, options_.senderFifoTc, options_.senderEce));
+  transportB_ = std::make_unique<RdmaTransport>(&discB_, settingsFor(options_, fake_, options_.receiverEnvTc, options_.receiverFifoTc, options_.receiverEce));
   ConnOptions opts;
   opts.trafficClass = options_.connTc;
   HsMessage hello, accept;
   EXPECT_EQ(transportA_->prepare(true, routes(true), opts, &connA_, &hello), ncclSuccess);
   EXPECT_EQ(transportB_->prepare(false, routes(false), ConnOptions(), &connB_, &accept), ncclSuccess);
-  EXPECT_EQ(transportB_->activate(connB_.get(), hello), ncclSuccess);
-  EXPECT_EQ(transportA_->activate(connA_.get(), accept), ncclSuccess);
+  activatedB_ = transportB_->activate(connB_.get(), hello, &accept);
+  if (activatedB_ == ncclSuccess) activatedA_ = transportA_->activate(connA_.get(), accept, nullptr);
+  if (!options_.mayFail) {
+    EXPECT_EQ(activatedB_, ncclSuccess);
+    EXPECT_EQ(activatedA_, ncclSuccess);
+  }
   sender_ = static_cast<SendComm*>(connA_.get());
   receiver_ = static_cast<RecvComm*>(connB_.get());
 }

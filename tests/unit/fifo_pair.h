@@ -33,6 +33,9 @@ struct PairOptions {
   int connTc = -1;          // the communicator's trafficClass (v10/v11), -1: unset
   int senderFifoTc = -1;    // NCCL_MESH_IB_FIFO_TC on the sender's node (-1: unset)
   int receiverFifoTc = -1;  // ... on the receiver's node
+  bool senderEce = true;    // NCCL_MESH_IB_ECE_ENABLE on the sender's node
+  bool receiverEce = true;  // ... on the receiver's node
+  bool mayFail = false;     // activate() may fail: see activated() instead of expecting success
 };
 
 struct Buffer {
@@ -50,6 +53,9 @@ class FifoPair {
   FifoPair(const FifoPair&) = delete;
   FifoPair& operator=(const FifoPair&) = delete;
 
+  // What the receiver's and the sender's activate() returned (mayFail).
+  ncclResult_t receiverActivated() const { return activatedB_; }
+  ncclResult_t senderActivated() const { return activatedA_; }
   SendComm* sender() const { return sender_; }
   RecvComm* receiver() const { return receiver_; }
   // A registered buffer of `size` bytes on the sender's (A) or receiver's (B) node,
@@ -71,6 +77,7 @@ class FifoPair {
   Discovery discA_, discB_;
   std::unique_ptr<RdmaTransport> transportA_, transportB_;
   std::unique_ptr<PreparedConn> connA_, connB_;
+  ncclResult_t activatedA_ = ncclSuccess, activatedB_ = ncclSuccess;
   SendComm* sender_ = nullptr;
   RecvComm* receiver_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> buffers_;

@@ -86,6 +86,9 @@ void expectSame(const HsMessage& a, const HsMessage& b) {
     EXPECT_EQ(a.links[i].prefixLen, b.links[i].prefixLen);
     EXPECT_EQ(a.links[i].ctrlAddr, b.links[i].ctrlAddr);
     EXPECT_EQ(a.links[i].ctrlRkey, b.links[i].ctrlRkey);
+    EXPECT_EQ(a.links[i].hasEce, b.links[i].hasEce);
+    EXPECT_EQ(a.links[i].eceVendor, b.links[i].eceVendor);
+    EXPECT_EQ(a.links[i].eceOptions, b.links[i].eceOptions);
   }
   if (!a.links.empty()) {
     EXPECT_EQ(a.qpsPerLink, b.qpsPerLink);
@@ -364,6 +367,34 @@ TEST(HandshakeProto, TrafficClassRoundTripsAndItsReservedBitsAreRefused) {
   Bytes out;
   std::string error;
   EXPECT_FALSE(encodeHandshake(m, &out, &error));
+}
+
+// ECE (NCCL IB's per-QP ece / ece_supported, per link here): flags bit 0 and the last 8
+// bytes of a LinkInfo, in a HELLO (what the connector offers) and an ACCEPT (what the
+// acceptor settled on); zero fields without the bit, other flag bits refused.
+TEST(HandshakeProto, EceRoundTripsPerLinkAndItsFieldsAreZeroWithoutTheFlag) {
+  for (HsType type : {HsType::Hello, HsType::Accept}) {
+    HsMessage m = qpMessage(type, 2, 2);
+    m.links[1].hasEce = true;
+    m.links[1].eceVendor = 0x15b3;
+    m.links[1].eceOptions = 0x30000001;
+    const Bytes good = encodeOk(m);
+    EXPECT_EQ(good[kLink0 + 11], 0) << "link 0 carries none";
+    for (size_t i = 24; i < kHsLinkSize; ++i) EXPECT_EQ(good[kLink0 + i], 0) << i;
+    const size_t link1 = kLink0 + kHsLinkSize;
+    EXPECT_EQ(good[link1 + 11], 1);
+    const uint8_t ece[] = {0xb3, 0x15, 0, 0, 0x01, 0, 0, 0x30};
+    for (size_t i = 0; i < sizeof(ece); ++i) EXPECT_EQ(good[link1 + 24 + i], ece[i]) << i;
+    expectSame(m, parseOk(good));
+    Bytes b = good;
+    b[link1 + 11] = 0x03;
+    EXPECT_NE(parseError(b).find("reserved"), std::string::npos) << "flag bit 1";
+    b = good;
+    b[link1 + 11] = 0;
+    EXPECT_NE(parseError(b).find("reserved"), std::string::npos) << "ECE bytes without the flag";
+    m.links[1].eceOptions = 0;  // carried zeros are still carried
+    EXPECT_TRUE(parseOk(encodeOk(m)).links[1].hasEce);
+  }
 }
 
 // Bits 4..5 of the classes byte: a HELLO that is leg 1 or 2 of a two-relay connection

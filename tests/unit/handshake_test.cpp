@@ -87,7 +87,7 @@ class FakeTransport : public Transport {
     *out = std::move(c);
     return ncclSuccess;
   }
-  ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) override {
+  ncclResult_t activate(PreparedConn* conn, const HsMessage& remote, HsMessage*) override {
     if (failActivate) return ncclSystemError;
     static_cast<FakeConn*>(conn)->remoteQpn = remote.qps.at(0).qpn;
     return ncclSuccess;

@@ -42,8 +42,8 @@ TEST(LinkCap, ManyQpsPerLinkUseFewerLinksInsteadOfFailing) {
     std::vector<Route> back;
     for (size_t l = 0; l < hello.links.size(); ++l) back.push_back(fakeRoute(static_cast<int>(l), ip(static_cast<int>(l), 2), ip(static_cast<int>(l), 1)));
     ASSERT_EQ(tb.prepare(false, back, ConnOptions(), &recv, &accept), ncclSuccess);
-    EXPECT_EQ(tb.activate(recv.get(), hello), ncclSuccess);
-    EXPECT_EQ(ta.activate(send.get(), accept), ncclSuccess);
+    EXPECT_EQ(tb.activate(recv.get(), hello, &accept), ncclSuccess);
+    EXPECT_EQ(ta.activate(send.get(), accept, nullptr), ncclSuccess);
     static_cast<Comm*>(send.get())->close();
     static_cast<Comm*>(recv.get())->close();
   }

@@ -55,7 +55,7 @@ class RelayChain {
       int sendNic = i == 0 ? 0 : 1;
       EXPECT_EQ(senders[i]->prepare({fakeRoute(sendNic, ip(i, 1), ip(i, 2))}, 0, &hello), ncclSuccess);
       EXPECT_EQ(receivers[i]->prepare({fakeRoute(0, ip(i, 2), ip(i, 1))}, 0, &accept), ncclSuccess);
-      EXPECT_EQ(receivers[i]->activate(hello), ncclSuccess);
+      EXPECT_EQ(receivers[i]->activate(hello, &accept), ncclSuccess);
       EXPECT_EQ(senders[i]->activate(accept), ncclSuccess);
     }
     sender_ = static_cast<SendComm*>(senders[0].get());

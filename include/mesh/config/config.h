@@ -36,6 +36,7 @@ struct Config {
   int trafficClass = -1;                       // NCCL_MESH_IB_TC, -1: unset
   int fifoTrafficClass = -1;                   // NCCL_MESH_IB_FIFO_TC, -1: unset
   int serviceLevel = 0;                        // NCCL_MESH_IB_SL
+  bool ibEce = true;                           // NCCL_MESH_IB_ECE_ENABLE
   int mtu = 0;                                 // NCCL_MESH_IB_MTU: 0 auto, else 256..4096
   int qpsPerConn = 1;                          // NCCL_MESH_QPS_PER_CONN (1..16)
   size_t splitMin = 65536;                     // NCCL_MESH_SPLIT_MIN bytes

@@ -56,8 +56,10 @@ class Transport {
   // local->links/qps/qpsPerLink (type and token are set by the caller).
   virtual ncclResult_t prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                                std::unique_ptr<PreparedConn>* out, HsMessage* local) = 0;
-  // Moves the QPs through RTR to RTS against the peer's description.
-  virtual ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) = 0;
+  // Moves the QPs through RTR to RTS against the peer's description. `reply`: on the accepting
+  // side, the ACCEPT that prepare() described, to which activate may add what only the HELLO
+  // decides (ECE); nullptr on the connecting side.
+  virtual ncclResult_t activate(PreparedConn* conn, const HsMessage& remote, HsMessage* reply) = 0;
 };
 
 }  // namespace mesh

@@ -214,6 +214,7 @@ struct CommSettings {
   bool flushQps = true;          // receivers create GPUDirect flush QPs (false: host memory only)
   int envTrafficClass = -1;      // NCCL_MESH_IB_TC; -1: unset (see resolveTrafficClass)
   int fifoTrafficClass = -1;     // NCCL_MESH_IB_FIFO_TC: a receiver's data QPs; -1: unset
+  bool ece = true;               // NCCL_MESH_IB_ECE_ENABLE: a sender offers its QPs' ECE
   QpTuning tuning;               // trafficClass is resolved per connection
   const DataOps* ops = verbsDataOps();  // the data path's verbs calls (a fake in unit tests)
 };
@@ -232,7 +233,9 @@ class Comm : public PreparedConn {
   // `trafficClass`: resolved by resolveTrafficClass(); a receiver replaces it (and the
   // service level) with the sender's from its HELLO in activate().
   ncclResult_t prepare(const std::vector<Route>& routes, int trafficClass, HsMessage* local);
-  ncclResult_t activate(const HsMessage& remote);
+  // `reply`: a receiver's ACCEPT as prepare() described it; activate adds what only the
+  // HELLO decides (the ECE its QPs settled on). nullptr on the sender's side.
+  ncclResult_t activate(const HsMessage& remote, HsMessage* reply = nullptr);
   ncclResult_t test(Request* req, int* done, size_t* sizes);
   // Releases every verbs object the comm owns, in order (see the header comment). Safe with
   // requests in flight and on a half-built comm; idempotent.
@@ -306,6 +309,10 @@ class Comm : public PreparedConn {
     uint64_t remoteCtrl = 0;
     uint32_t remoteRkey = 0;
     uint8_t gid[16] = {};
+    // ECE of this link's QPs: a sender's offer (prepare) and then what it set from the
+    // ACCEPT; a receiver's options after set + RTR (activate). hasEce false: none in use.
+    bool hasEce = false;
+    Ece ece;
   };
   struct DevSlot {
     const VerbsDevice* dev = nullptr;
@@ -418,6 +425,11 @@ class Comm : public PreparedConn {
   ncclResult_t createQps();
   void describe(HsMessage* local) const;
   ncclResult_t connectQp(int q, const HsQp& remote);
+  ncclResult_t offerEce();
+  ncclResult_t setEce(size_t link, const HsLink& remote);
+  ncclResult_t settleEce(size_t link, HsMessage* reply);
+  void logLink(size_t link, int peerMtu) const;
+  QpTuning qpTuning() const;  // what this comm's data QPs are brought up with
   void drain();
   virtual ncclResult_t createExtra() { return ncclSuccess; }
   virtual ncclResult_t activateExtra() { return ncclSuccess; }
@@ -506,7 +518,7 @@ class RdmaTransport : public Transport {
   std::vector<LocalNic> localNics() const override;
   ncclResult_t prepare(bool sender, const std::vector<Route>& routes, const ConnOptions& opts,
                        std::unique_ptr<PreparedConn>* out, HsMessage* local) override;
-  ncclResult_t activate(PreparedConn* conn, const HsMessage& remote) override;
+  ncclResult_t activate(PreparedConn* conn, const HsMessage& remote, HsMessage* reply) override;
 
  protected:
   // The comm kind each side gets (the relay's transport builds its own kinds).

@@ -48,6 +48,8 @@ namespace mesh {
     (ibv_pd*, void*, size_t, uint64_t, unsigned int))                                           \
   X(regDmabufMr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", false, ibv_mr*,                           \
     (ibv_pd*, uint64_t, size_t, uint64_t, int, int))                                            \
+  X(queryEce, "ibv_query_ece", "IBVERBS_1.10", false, int, (ibv_qp*, ibv_ece*))                 \
+  X(setEce, "ibv_set_ece", "IBVERBS_1.10", false, int, (ibv_qp*, ibv_ece*))                     \
   X(queryGidEx, "_ibv_query_gid_ex", "IBVERBS_1.11", false, int,                                \
     (ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t))                       \
   X(queryGidTable, "_ibv_query_gid_table", "IBVERBS_1.11", false, ssize_t,                      \

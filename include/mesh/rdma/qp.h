@@ -56,6 +56,17 @@ int negotiatedMtu(int localMtu, int peerMtu);
 // " peer_mtu=1024 (differs from ours, 4096: the smaller is used; ...)". Pure.
 std::string peerMtuNote(int localMtu, int peerMtu);
 
+// Enhanced Connection Establishment (rdma-core 31+, IBVERBS_1.10; mlx5 negotiates features
+// such as selective repeat with it): a provider's options for one QP. NCCL's IB transport
+// (NCCL_IB_ECE_ENABLE, default 1) has the connector query its QPs and send the result, the
+// acceptor set it before RTR and query the reduced options after, and the connector set
+// those before its own RTR. comp_mask is always 0 in every provider so far.
+struct Ece {
+  uint32_t vendorId = 0;
+  uint32_t options = 0;
+};
+enum class EceResult { Ok, Unsupported, Failed };
+
 // Transport settings for RTR/RTS (from NCCL_MESH_IB_*).
 struct QpTuning {
   int timeout = 20;
@@ -79,6 +90,11 @@ class QueuePair {
   ncclResult_t toInit();
   ncclResult_t toRtr(const QpRemote& remote, const QpTuning& tuning);
   ncclResult_t toRts(const QpTuning& tuning);
+  // ECE: Unsupported when rdma-core lacks the call or the provider answers EOPNOTSUPP /
+  // ENOTSUP (rxe, siw: no ECE); Failed (logged) on any other error, as NCCL fails the
+  // connection there. A comp_mask the wire cannot carry counts as Unsupported (logged).
+  EceResult queryEce(Ece* out) const;
+  EceResult setEce(const Ece& ece);  // before RTR
   // Moves to ERR so outstanding work requests flush; logged, never fails the caller.
   void toError();
   void reset();  // destroys the QP (call after draining its CQ)

@@ -28,9 +28,15 @@
 //            settings (bits 4..5 count either way). A build that predates bits 4..5 refuses
 //            such a HELLO, and the sender falls back to one relay.
 //   LinkInfo: senderAddr u32 | receiverAddr u32 | senderNic u8 | receiverNic u8 |
-//             prefixLen u8 | reserved u8 | ctrlAddr u64 | ctrlRkey u32 | reserved u32 |
-//             reserved u32
+//             prefixLen u8 | flags u8 | ctrlAddr u64 | ctrlRkey u32 | eceVendor u32 |
+//             eceOptions u32
 //             ("sender"/"receiver" name the message's author and its recipient)
+//   flags: bit 0 = eceVendor/eceOptions carry the author's ECE for this link's QPs (in a
+//          HELLO what the connector's QPs offer, ibv_query_ece; in an ACCEPT the options the
+//          acceptor's QPs settled on after ibv_set_ece and RTR, which the connector sets
+//          before its own RTR: NCCL IB's exchange, per link rather than per QP since every QP
+//          of a link is on the same device pair); clear = no ECE and both fields zero. Other
+//          bits 0. A build that predates it refuses a HELLO that carries ECE.
 //   QpInfo:   qpn u32 | psn u32 | gid[16] | gidIndex u8 | mtu u8 (enum ibv_mtu) |
 //             reserved u16 | reserved u32
 //   READY body: empty.   REJECT body: reason text (UTF-8, not NUL-terminated).
@@ -66,6 +72,9 @@ struct HsLink {
   uint8_t prefixLen = 0;
   uint64_t ctrlAddr = 0;
   uint32_t ctrlRkey = 0;
+  bool hasEce = false;      // ECE of this link's QPs is carried (flags bit 0)
+  uint32_t eceVendor = 0;   // ibv_ece.vendor_id
+  uint32_t eceOptions = 0;  // ibv_ece.options
 };
 
 struct HsQp {

@@ -143,6 +143,8 @@ void Fabric::qpReset(Qp* qp) {
   qp->attr = ibv_qp_attr();
   qp->attr.qp_state = IBV_QPS_RESET;
   qp->attr.cap = cap;
+  qp->eceSet = false;
+  qp->eceOptions = 0;
   (void)qpn;
   qp->generation++;
   qp->sqHead = qp->sqFree = qp->sqDone = qp->txIdx = qp->txOff = 0;

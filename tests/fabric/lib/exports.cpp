@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The rest of rdma-core's libibverbs ABI: string tables, rate conversions, fork support,
 // sysfs helpers, and the calls this fabric does not emulate (UD address handles, SRQs,
-// multicast, ECE, imports), which fail the way rdma-core fails them for a provider that
+// multicast, imports), which fail the way rdma-core fails them for a provider that
 // lacks them. Also the IBVERBS_PRIVATE_* symbols that rdma-core's providers (libmlx5,
 // libefa: perftest links them) reference: providers register themselves from their
 // constructors, so those must exist; none of them ever drives a fabric device.
@@ -164,8 +164,6 @@ int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }
-int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 ibv_context* ibv_import_device(int) {
   errno = EOPNOTSUPP;
   return nullptr;

@@ -59,6 +59,11 @@ struct Settings {
   int64_t burstNs = 500000;     // MESHFAB_PACE_BURST_US: how far a late sender may catch up
   bool trace = false;           // MESHFAB_TRACE=1: protocol events on stderr
   int stallMs = 0;              // MESHFAB_STALL_MS: the stall watchdog's threshold (stall_watch.cpp); 0 = off
+  // MESHFAB_ECE: "off" (ibv_query_ece / ibv_set_ece answer EOPNOTSUPP, as rxe) or
+  // "VENDOR:OPTIONS" in hex: every QP offers them, as mlx5 (qp.cpp). Default 15b3:30000001.
+  bool ece = true;
+  uint32_t eceVendor = 0x15b3;
+  uint32_t eceOptions = 0x30000001;
   void load();
 };
 
@@ -199,6 +204,8 @@ struct Qp {
   ibv_qp_cap cap{};
   bool sigAll = false;
   ibv_qp_attr attr{};  // as last modified (query_qp returns it)
+  bool eceSet = false;      // ibv_set_ece named options (before RTR)
+  uint32_t eceOptions = 0;  // ... which, ANDed with the device's, it uses from RTR on
   uint64_t generation = 0;  // bumped on RESET/ERR: stale packets and timers are ignored
   std::string regPath;      // its QPN entry in the registry
   int asyncOut = 0;         // async events read, not yet acked

@@ -594,6 +594,34 @@ int ibv_modify_qp(ibv_qp* iqp, ibv_qp_attr* attr, int mask) {
   return 0;
 }
 
+// ECE as mlx5 answers it (rdma-core providers/mlx5; MESHFAB_ECE, fabric.h): a QP offers the
+// device's options until it is set; a set before RTR names options, and from RTR on the QP
+// uses and reports them ANDed with its own. A set naming another vendor, a comp_mask, or a set
+// after RTR is EINVAL. MESHFAB_ECE=off: both calls answer EOPNOTSUPP, as rxe does.
+int ibv_query_ece(ibv_qp* iqp, ibv_ece* ece) {
+  Fabric* f = Fabric::get();
+  Qp* qp = reinterpret_cast<Qp*>(iqp);
+  if (!f->settings.ece) return EOPNOTSUPP;
+  std::lock_guard<std::mutex> lk(f->mu);
+  bool settled = qp->eceSet && qp->state() != IBV_QPS_RESET && qp->state() != IBV_QPS_INIT;
+  ece->vendor_id = f->settings.eceVendor;
+  ece->options = settled ? qp->eceOptions & f->settings.eceOptions : f->settings.eceOptions;
+  ece->comp_mask = 0;
+  return 0;
+}
+
+int ibv_set_ece(ibv_qp* iqp, ibv_ece* ece) {
+  Fabric* f = Fabric::get();
+  Qp* qp = reinterpret_cast<Qp*>(iqp);
+  if (!f->settings.ece) return EOPNOTSUPP;
+  std::lock_guard<std::mutex> lk(f->mu);
+  if (ece->vendor_id != f->settings.eceVendor || ece->comp_mask != 0) return EINVAL;
+  if (qp->state() != IBV_QPS_RESET && qp->state() != IBV_QPS_INIT) return EINVAL;
+  qp->eceSet = true;
+  qp->eceOptions = ece->options;
+  return 0;
+}
+
 int ibv_destroy_qp(ibv_qp* iqp) {
   Fabric* f = Fabric::get();
   Qp* qp = reinterpret_cast<Qp*>(iqp);

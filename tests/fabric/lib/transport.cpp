@@ -90,6 +90,19 @@ void Settings::load() {
   const char* t = getenv("MESHFAB_TRACE");
   trace = t != nullptr && *t == '1';
   stallMs = static_cast<int>(envReal("MESHFAB_STALL_MS", 0));
+  const char* e = getenv("MESHFAB_ECE");
+  if (e != nullptr && *e != '\0') {
+    unsigned vendor = 0, options = 0;
+    if (strcmp(e, "off") == 0 || strcmp(e, "0") == 0) {
+      ece = false;
+    } else if (sscanf(e, "%x:%x", &vendor, &options) == 2) {
+      eceVendor = vendor;
+      eceOptions = options;
+    } else {
+      fprintf(stderr, "meshfab: MESHFAB_ECE=%s is neither 'off' nor VENDOR:OPTIONS in hex; using %x:%x\n", e,
+              eceVendor, eceOptions);
+    }
+  }
   gTrace = trace;
 }
 
