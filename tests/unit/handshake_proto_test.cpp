@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 namespace mesh {
@@ -395,6 +398,25 @@ TEST(HandshakeProto, EceRoundTripsPerLinkAndItsFieldsAreZeroWithoutTheFlag) {
     m.links[1].eceOptions = 0;  // carried zeros are still carried
     EXPECT_TRUE(parseOk(encodeOk(m)).links[1].hasEce);
   }
+}
+
+// The fuzzer's seed corpus (tests/fuzz/corpus/handshake) holds whole valid messages, so the
+// fuzzer starts from every message kind; one HELLO carries ECE on both links. MESH_TESTS_DIR:
+// see handle_codec_test.cpp.
+TEST(HandshakeProto, CommittedFuzzSeedsAreValidMessages) {
+  const std::filesystem::path dir = std::filesystem::path(MESH_TESTS_DIR) / "fuzz" / "corpus" / "handshake";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << "no corpus at " << dir;
+  int seeds = 0, withEce = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(entry.path(), std::ios::binary);
+    Bytes bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    SCOPED_TRACE(entry.path().filename().string());
+    HsMessage m = parseOk(bytes);
+    ++seeds;
+    for (const HsLink& l : m.links) withEce += l.hasEce ? 1 : 0;
+  }
+  EXPECT_GE(seeds, 7);
+  EXPECT_EQ(withEce, 2) << "hello_2x4_ece.bin";
 }
 
 // Bits 4..5 of the classes byte: a HELLO that is leg 1 or 2 of a two-relay connection
