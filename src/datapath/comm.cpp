@@ -297,8 +297,10 @@ ncclResult_t Comm::offerEce() {
 
 ncclResult_t Comm::setEce(size_t link, const HsLink& remote) {
   Link& l = links_[link];
+  // A sender sets only what answers its own offer (2.30.7 checks its QP's eceSupported too).
+  bool offered = !sender_ || l.hasEce;
   l.hasEce = false;
-  if (!remote.hasEce) return ncclSuccess;
+  if (!remote.hasEce || !offered) return ncclSuccess;
   Ece want{remote.eceVendor, remote.eceOptions};
   bool all = true;
   for (int q = 0; q < nqps_; ++q) {

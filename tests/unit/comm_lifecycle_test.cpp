@@ -246,6 +246,23 @@ TEST_F(CommLifecycle, EceOnlyOnTheReceiversDeviceIsNotUsed) {
   transfer(p, 4096);
 }
 
+// An ACCEPT that carries ECE the sender never offered (a peer that got it wrong) is not set on
+// the sender's QPs: 2.30.7 sets the reduced options only where its own query succeeded.
+TEST_F(CommLifecycle, EceTheSenderDidNotOfferIsNotSet) {
+  fake_.enableEce("a0", kMellanox, 0x30000001);
+  fake_.enableEce("b0", kMellanox, 0x30000001);
+  PairOptions o;
+  o.senderEce = false;
+  o.editAccept = [](HsMessage* accept) {
+    accept->links[0].hasEce = true;
+    accept->links[0].eceVendor = kMellanox;
+    accept->links[0].eceOptions = 0x30000001;
+  };
+  FifoPair p(fake_, o);
+  EXPECT_EQ(eceSetsOn(fake_, {"a0", "b0"}), 0);
+  transfer(p, 4096);
+}
+
 // A set that fails for another reason than "unsupported" fails the connection, as NCCL's
 // wrap_ibv_set_ece does, naming the way out.
 TEST_F(CommLifecycle, AFailingEceSetFailsTheConnectionWithAHint) {

@@ -42,6 +42,7 @@ FifoPair::FifoPair(FakeRdma& fake, PairOptions options) : fake_(fake), options_(
   EXPECT_EQ(transportA_->prepare(true, routes(true), opts, &connA_, &hello), ncclSuccess);
   EXPECT_EQ(transportB_->prepare(false, routes(false), ConnOptions(), &connB_, &accept), ncclSuccess);
   activatedB_ = transportB_->activate(connB_.get(), hello, &accept);
+  if (options_.editAccept) options_.editAccept(&accept);
   if (activatedB_ == ncclSuccess) activatedA_ = transportA_->activate(connA_.get(), accept, nullptr);
   if (!options_.mayFail) {
     EXPECT_EQ(activatedB_, ncclSuccess);

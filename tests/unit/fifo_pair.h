@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -36,6 +37,7 @@ struct PairOptions {
   bool senderEce = true;    // NCCL_MESH_IB_ECE_ENABLE on the sender's node
   bool receiverEce = true;  // ... on the receiver's node
   bool mayFail = false;     // activate() may fail: see activated() instead of expecting success
+  std::function<void(HsMessage*)> editAccept;  // changes the ACCEPT before the sender reads it
 };
 
 struct Buffer {
