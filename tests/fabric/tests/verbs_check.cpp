@@ -635,6 +635,32 @@ std::string caseForkChild(check::Rank& r, Side& s) {
   return out;
 }
 
+// ECE (ibv_query_ece / ibv_set_ece: NCCL IB and the plugin negotiate it on every QP, and treat
+// EOPNOTSUPP as "no ECE"): what a fresh QP offers, a set naming another vendor, a set of the
+// offer, and what the QP reports once connected. Both ranks do the same; rank 0 reports.
+std::string eceText(int rc, const ibv_ece& e) {
+  return rc == 0 ? format("%x:%x", e.vendor_id, e.options) : errnoName(rc);
+}
+
+std::string caseEce(check::Rank& r, Side& s) {
+  QpOpts o;
+  ibv_qp* q = s.newQp(o);
+  ibv_ece offer{};
+  int rc = ibv_query_ece(q, &offer);
+  std::string out = "query=" + eceText(rc, offer);
+  ibv_ece foreign = offer;
+  foreign.vendor_id ^= 0x100;
+  out += " foreign_vendor=" + errnoName(ibv_set_ece(q, &foreign));
+  out += " set=" + errnoName(ibv_set_ece(q, &offer));
+  Info remote = r.exchange(s.info(q, o));
+  if (int c = s.connect(q, remote, o)) fail("connect: %s", errnoName(c).c_str());
+  ibv_ece after{};
+  rc = ibv_query_ece(q, &after);
+  out += " connected=" + eceText(rc, after);
+  r.barrier("done");
+  return out;
+}
+
 const std::map<std::string, std::function<std::string(check::Rank&, Side&)>> kCases = {
     {"fork-child", caseForkChild},
     {"rtr-unreachable", caseRtrUnreachable}, {"no-remote-qp", caseNoRemoteQp},
@@ -642,7 +668,7 @@ const std::map<std::string, std::function<std::string(check::Rank&, Side&)>> kCa
     {"send-too-long", caseSendTooLong},      {"unsignaled-slots", caseUnsignaledSlots},
     {"post-in-err", casePostInErr},          {"psn-mismatch", casePsnMismatch},
     {"cq-overflow", caseCqOverflow},         {"link-down", caseLinkDown},
-    {"data", caseData},
+    {"data", caseData},                      {"ece", caseEce},
 };
 
 }  // namespace
