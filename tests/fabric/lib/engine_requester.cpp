@@ -145,6 +145,7 @@ void Fabric::qpReset(Qp* qp) {
   qp->attr.cap = cap;
   qp->eceSet = false;
   qp->eceOptions = 0;
+  qp->eceCleared = false;
   (void)qpn;
   qp->generation++;
   qp->sqHead = qp->sqFree = qp->sqDone = qp->txIdx = qp->txOff = 0;

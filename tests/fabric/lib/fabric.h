@@ -206,6 +206,7 @@ struct Qp {
   ibv_qp_attr attr{};  // as last modified (query_qp returns it)
   bool eceSet = false;      // ibv_set_ece named options (before RTR)
   uint32_t eceOptions = 0;  // ... which, ANDed with the device's, it uses from RTR on
+  bool eceCleared = false;  // set since the last modify: a query reads 0 options (as mlx5)
   uint64_t generation = 0;  // bumped on RESET/ERR: stale packets and timers are ignored
   std::string regPath;      // its QPN entry in the registry
   int asyncOut = 0;         // async events read, not yet acked

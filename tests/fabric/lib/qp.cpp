@@ -580,6 +580,7 @@ int ibv_modify_qp(ibv_qp* iqp, ibv_qp_attr* attr, int mask) {
     qp->inboundSlot = qp->respInboundSlot = 0;  // a slot at an earlier destination is not this one's
   }
   applyAttrs(qp, attr, mask);
+  qp->eceCleared = false;
   if (to != from) {
     if (to == IBV_QPS_RESET) {
       f->qpReset(qp);
@@ -596,8 +597,9 @@ int ibv_modify_qp(ibv_qp* iqp, ibv_qp_attr* attr, int mask) {
 
 // ECE as mlx5 answers it (rdma-core providers/mlx5; MESHFAB_ECE, fabric.h): a QP offers the
 // device's options until it is set; a set before RTR names options, and from RTR on the QP
-// uses and reports them ANDed with its own. A set naming another vendor, a comp_mask, or a set
-// after RTR is EINVAL. MESHFAB_ECE=off: both calls answer EOPNOTSUPP, as rxe does.
+// uses and reports them ANDed with its own; between a set and the next modify a query reads
+// options 0 (mlx5 clears what it last returned). A set naming another vendor, a comp_mask, or a
+// set after RTR is EINVAL. MESHFAB_ECE=off: both calls answer EOPNOTSUPP, as rxe does.
 int ibv_query_ece(ibv_qp* iqp, ibv_ece* ece) {
   Fabric* f = Fabric::get();
   Qp* qp = reinterpret_cast<Qp*>(iqp);
@@ -605,7 +607,7 @@ int ibv_query_ece(ibv_qp* iqp, ibv_ece* ece) {
   std::lock_guard<std::mutex> lk(f->mu);
   bool settled = qp->eceSet && qp->state() != IBV_QPS_RESET && qp->state() != IBV_QPS_INIT;
   ece->vendor_id = f->settings.eceVendor;
-  ece->options = settled ? qp->eceOptions & f->settings.eceOptions : f->settings.eceOptions;
+  ece->options = qp->eceCleared ? 0 : settled ? qp->eceOptions & f->settings.eceOptions : f->settings.eceOptions;
   ece->comp_mask = 0;
   return 0;
 }
@@ -619,6 +621,7 @@ int ibv_set_ece(ibv_qp* iqp, ibv_ece* ece) {
   if (qp->state() != IBV_QPS_RESET && qp->state() != IBV_QPS_INIT) return EINVAL;
   qp->eceSet = true;
   qp->eceOptions = ece->options;
+  qp->eceCleared = true;
   return 0;
 }
 

@@ -637,7 +637,8 @@ std::string caseForkChild(check::Rank& r, Side& s) {
 
 // ECE (ibv_query_ece / ibv_set_ece: NCCL IB and the plugin negotiate it on every QP, and treat
 // EOPNOTSUPP as "no ECE"): what a fresh QP offers, a set naming another vendor, a set of the
-// offer, and what the QP reports once connected. Both ranks do the same; rank 0 reports.
+// offer, a query before the next modify (mlx5 reads 0 there), and what the QP reports once
+// connected. Both ranks do the same; rank 0 reports.
 std::string eceText(int rc, const ibv_ece& e) {
   return rc == 0 ? format("%x:%x", e.vendor_id, e.options) : errnoName(rc);
 }
@@ -652,6 +653,9 @@ std::string caseEce(check::Rank& r, Side& s) {
   foreign.vendor_id ^= 0x100;
   out += " foreign_vendor=" + errnoName(ibv_set_ece(q, &foreign));
   out += " set=" + errnoName(ibv_set_ece(q, &offer));
+  ibv_ece pending{};
+  rc = ibv_query_ece(q, &pending);
+  out += " before_rtr=" + eceText(rc, pending);
   Info remote = r.exchange(s.info(q, o));
   if (int c = s.connect(q, remote, o)) fail("connect: %s", errnoName(c).c_str());
   ibv_ece after{};
