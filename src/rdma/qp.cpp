@@ -214,6 +214,19 @@ EceResult QueuePair::setEce(const Ece& want) {
   return EceResult::Ok;
 }
 
+EceResult probeEce(const VerbsDevice* dev, int port, Ece* out) {
+  CompletionQueue cq;  // declared first: destroyed after the QP
+  QueuePair qp;
+  QpCaps caps;
+  caps.maxSendWr = 1;
+  caps.maxRecvWr = 1;
+  if (cq.create(dev, 1) != ncclSuccess || qp.create(dev, port, cq.get(), caps, nullptr) != ncclSuccess ||
+      qp.toInit() != ncclSuccess) {
+    return EceResult::Failed;
+  }
+  return qp.queryEce(out);
+}
+
 void QueuePair::toError() {
   if (qp_ == nullptr) return;
   ibv_qp_attr attr{};

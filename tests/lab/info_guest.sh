@@ -24,6 +24,12 @@ while read -r link a b dev_a dev_b addr_a addr_b; do
   # Port row: "rxe_p1:1 p1 ACTIVE 198.18.0.1/24 1 ..."
   echo "$out" | grep -Eq "^ *${rdma}_$dev:1 +$dev +ACTIVE +$addr/24 +1 " ||
     fail "no port row '${rdma}_$dev:1 $dev ACTIVE $addr/24 GID index 1'"
+  # The ECE column (third from the end: GUID and PCI path follow): what a new QP offers (the
+  # fabric answers as mlx5, MESHFAB_ECE; rxe has none).
+  row=$(echo "$out" | grep -E "^ *${rdma}_$dev:1 +$dev +ACTIVE +$addr/24 ")
+  if [ "$rdma" = fab ]; then want=" 0x15b3:0x30000001 "; else want=" no "; fi
+  echo "$row" | awk '{print " " $(NF-2) " "}' | grep -qF -- "$want" ||
+    fail "port row's ECE column is not$want: $row"
   route=$("$info" --peer "$peer" 2>&1)
   echo "$route" | grep -Eq "$peer -> ${rdma}_$dev:1/$dev via $addr/24 \(GID index 1\)" ||
     fail "peer $peer not routed to ${rdma}_$dev:1/$dev via $addr/24: $(echo "$route" | grep -F "$peer" | tail -n 1)"

@@ -277,6 +277,23 @@ TEST_F(CommLifecycle, AFailingEceSetFailsTheConnectionWithAHint) {
   EXPECT_TRUE(hinted) << warnings_.last();
 }
 
+// nccl-mesh-info's ECE column: a QP made only to ask, destroyed with its CQ afterwards.
+TEST_F(CommLifecycle, ProbeEceAsksAFreshQpAndLeavesNothingBehind) {
+  Discovery disc;
+  addFakePort(fake_, &disc, "p0", 0xC6120001u);
+  addFakePort(fake_, &disc, "p1", 0xC6120101u);
+  fake_.enableEce("p0", kMellanox, 0x30000001);
+  size_t qps = fake_.liveQps(), cqs = fake_.liveCqs();
+  Ece ece;
+  EXPECT_EQ(probeEce(disc.devices[0].get(), 1, &ece), EceResult::Ok);
+  EXPECT_EQ(ece.vendorId, kMellanox);
+  EXPECT_EQ(ece.options, 0x30000001u);
+  EXPECT_EQ(probeEce(disc.devices[1].get(), 1, &ece), EceResult::Unsupported);
+  EXPECT_EQ(fake_.liveQps(), qps);
+  EXPECT_EQ(fake_.liveCqs(), cqs);
+  disc.devices.clear();
+}
+
 TEST_F(CommLifecycle, NoClassAnywhereIsZero) {
   FifoPair p(fake_);
   EXPECT_EQ(classesOn(fake_, {"a0", "b0"}), std::vector<int>({0, 0, 0}));

@@ -115,6 +115,11 @@ class QueuePair {
   QpRemote remote_;   // kept for error logs
 };
 
+// What a new RC QP on `dev`:`port` offers for ECE, without connecting anything (nccl-mesh-info
+// shows it): a CQ and a QP are created, moved to INIT, queried and destroyed. Unsupported where
+// the provider has no ECE (rxe); Failed (logged) when the QP cannot be made.
+EceResult probeEce(const VerbsDevice* dev, int port, Ece* out);
+
 // A uniformly random 24-bit packet sequence number.
 uint32_t randomPsn();
 // "fe80::…"-style text of a GID for logs.

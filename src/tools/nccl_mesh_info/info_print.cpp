@@ -19,6 +19,7 @@
 #include "mesh/platform/text.h"
 #include "mesh/platform/version.h"
 #include "mesh/plugin/net_devices.h"
+#include "mesh/rdma/qp.h"
 #include "mesh/routing/ring_order.h"
 
 namespace info {
@@ -64,6 +65,22 @@ std::string portsText(const mesh::NetDevice& dev, const mesh::Discovery& d) {
 
 const char* yesNo(bool b) { return b ? "yes" : "no"; }
 
+// What a new QP on the port offers for ECE, which NCCL IB and the plugin negotiate per
+// connection: "0x15b3:0x…" on ConnectX, "no" where the provider has none (rxe), "?" when no
+// QP could be made to ask.
+std::string eceText(const mesh::Discovery& d, const mesh::MeshPort& p) {
+  mesh::Ece ece;
+  switch (mesh::probeEce(d.devices.at(static_cast<size_t>(p.deviceIndex)).get(), p.port, &ece)) {
+    case mesh::EceResult::Ok: {
+      char buf[32];
+      snprintf(buf, sizeof(buf), "0x%x:0x%x", ece.vendorId, ece.options);
+      return buf;
+    }
+    case mesh::EceResult::Unsupported: return "no";
+    default: return "?";
+  }
+}
+
 
 // --- text output -----------------------------------------------------------------------------
 
@@ -73,12 +90,13 @@ void printPorts(const mesh::Discovery& d) {
   // GDR and DMA-BUF are the NIC's side (a peermem module, a DMA-BUF probe); whether the GPUs
   // allow them is printed with the NCCL devices.
   Table t({"PORT", "NETDEV", "STATE", "ADDRESS", "GID IDX", "GID", "MTU", "SPEED", "NIC GDR",
-           "NIC DMA-BUF", "GUID", "PCI PATH"});
+           "NIC DMA-BUF", "ECE", "GUID", "PCI PATH"});
   for (const mesh::MeshPort& p : d.ports) {
+    std::string ece = eceText(d, p);
     for (const mesh::PortAddress& a : p.addrs) {
       t.add({p.device + ":" + std::to_string(p.port), p.netdev, "ACTIVE",
              mesh::formatPrefix(a.ip), std::to_string(a.gidIndex), gidText(a.gid),
-             std::to_string(p.mtuBytes), speedText(p.speedMbps), yesNo(p.gdr), yesNo(p.dmabuf),
+             std::to_string(p.mtuBytes), speedText(p.speedMbps), yesNo(p.gdr), yesNo(p.dmabuf), ece,
              guidText(p.guid), p.pciPath.empty() ? "-" : p.pciPath});
     }
   }
@@ -206,7 +224,7 @@ void printNoPortHint(const mesh::Plugin& plugin) {
 
 using mesh::jsonString;
 
-std::string jsonPort(const mesh::MeshPort& p) {
+std::string jsonPort(const mesh::MeshPort& p, const mesh::Discovery& d) {
   std::string addrs;
   for (const mesh::PortAddress& a : p.addrs) {
     if (!addrs.empty()) addrs += ", ";
@@ -221,7 +239,7 @@ std::string jsonPort(const mesh::MeshPort& p) {
          ", \"speed_mbps\": " + std::to_string(p.speedMbps) +
          ", \"pci_path\": " + jsonString(p.pciPath) + ", \"guid\": " + jsonString(guidText(p.guid)) +
          ", \"gdr\": " + (p.gdr ? "true" : "false") + ", \"dmabuf\": " +
-         (p.dmabuf ? "true" : "false") + "}";
+         (p.dmabuf ? "true" : "false") + ", \"ece\": " + jsonString(eceText(d, p)) + "}";
 }
 
 std::string jsonDevice(const mesh::NetDevice& dev, const mesh::Discovery& d) {
@@ -264,7 +282,7 @@ void printJson(const mesh::Plugin& plugin, const std::vector<PeerRoutes>& routes
   printf("{\n  \"version\": %s,\n", jsonString(mesh::versionText()).c_str());
   printf("  \"verbs_loaded\": %s,\n", plugin.verbs().libHandle != nullptr ? "true" : "false");
   if (d.ports.empty()) printf("  \"reason\": %s,\n", jsonString(noPortReason(plugin)).c_str());
-  printf("  \"ports\": %s,\n", jsonList(d.ports, jsonPort).c_str());
+  printf("  \"ports\": %s,\n", jsonList(d.ports, [&](const mesh::MeshPort& p) { return jsonPort(p, d); }).c_str());
   printf("  \"cables\": %s,\n", jsonList(mesh::cableGroups(d.ports), [&](const std::vector<int>& c) {
            return "{\"functions\": " + jsonString(cableFunctionsText(c, d)) +
                   ", \"speed_mbps\": " + std::to_string(mesh::cableSpeedMbps(d.ports, c)) + "}";
