@@ -444,7 +444,17 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
                          ncclRemoteError);
   }
   if (rc == -1) return finishConnect(hs, c, "bad message from " + c->peer + ": " + error, ncclRemoteError);
-  if (msg.type == HsType::Reject) return finishConnect(hs, c, c->peer + " refused the connection: " + msg.reason, ncclRemoteError);
+  if (msg.type == HsType::Reject) {
+    // Fields a build does not know are reserved bytes to it (the traffic class, a relay's
+    // origin, two-relay legs, ECE): name the likely cause, not only the byte.
+    bool reserved = msg.reason.find("reserved") != std::string::npos;
+    return finishConnect(hs, c,
+                         c->peer + " refused the connection: " + msg.reason +
+                             (reserved ? " (probably an older nccl-mesh there, which refuses fields it does not know: "
+                                         "run one version on every node; NCCL_MESH_IB_ECE_ENABLE=0 here leaves ECE out)"
+                                       : ""),
+                         ncclRemoteError);
+  }
   if (msg.type != HsType::Accept || msg.token != c->handle.token || msg.links.size() != c->routes.size()) {
     return finishConnect(hs, c, "unexpected reply from " + c->peer, ncclRemoteError);
   }

@@ -409,6 +409,57 @@ TEST_F(HandshakeTest, WrongTokenIsRefused) {
   hs_->closeListener(l);
 }
 
+// A listener of an older build refuses a HELLO field it does not know as "reserved bytes"
+// (ECE on ConnectX, a relay's fields): the connector's error says what to do about it. The
+// "older listener" here is a socket that answers any HELLO with such a REJECT.
+TEST_F(HandshakeTest, ARefusalOverReservedBytesNamesAnOlderPeer) {
+  testing_support::WarnCapture warnings;
+  int srv = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(srv, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(srv, 1), 0);
+  socklen_t len = sizeof(sa);
+  getsockname(srv, reinterpret_cast<sockaddr*>(&sa), &len);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);  // for a valid address list and token
+  h.port = ntohs(sa.sin_port);
+  std::thread older([&] {
+    int fd = accept(srv, nullptr, nullptr);
+    if (fd < 0) return;
+    char buf[4096];
+    (void)!read(fd, buf, sizeof(buf));  // the HELLO
+    HsMessage reject;
+    reject.type = HsType::Reject;
+    reject.token = h.token;
+    reject.reason = "link 0 has non-zero reserved bytes";
+    std::vector<uint8_t> bytes;
+    std::string error;
+    if (encodeHandshake(reject, &bytes, &error)) (void)!write(fd, bytes.data(), bytes.size());
+    close(fd);
+  });
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(hs_->startConnect(h, routesTo(h), ConnOptions(), &c), ncclSuccess);
+  std::unique_ptr<PreparedConn> send;
+  ncclResult_t r = ncclSuccess;
+  auto start = Clock::now();
+  while (r == ncclSuccess && send == nullptr && Clock::now() - start < std::chrono::seconds(5)) {
+    r = hs_->pollConnect(c.get(), &send);
+  }
+  older.join();
+  close(srv);
+  EXPECT_EQ(r, ncclRemoteError);
+  bool named = false;
+  for (const std::string& w : warnings.lines()) {
+    named = named || (w.find("non-zero reserved bytes") != std::string::npos &&
+                      w.find("run one version on every node") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << warnings.last();
+  hs_->closeListener(l);
+}
+
 TEST_F(HandshakeTest, ConnectTimesOutWhenThePeerNeverAccepts) {
   std::shared_ptr<Listener> l;
   Handle h;
