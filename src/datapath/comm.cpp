@@ -285,9 +285,9 @@ ncclResult_t Comm::activate(const HsMessage& remote, HsMessage* reply) {
 // RTR. Only the connector's setting decides whether ECE is offered. Providers without ECE
 // (rxe, siw, an rdma-core before 31) answer "unsupported" and the connection goes on without.
 ncclResult_t Comm::offerEce() {
-  for (Link& l : links_) {
-    const QueuePair& first = qps_[static_cast<size_t>(&l - links_.data()) * static_cast<size_t>(settings_.qpsPerLink)].qp;
-    EceResult r = first.queryEce(&l.ece);
+  for (size_t i = 0; i < links_.size(); ++i) {
+    Link& l = links_[i];
+    EceResult r = qps_[i * static_cast<size_t>(settings_.qpsPerLink)].qp.queryEce(&l.ece);  // link-major
     MESH_REQUIRE(r != EceResult::Failed, ncclSystemError, "cannot read the ECE options of the QPs on %s",
                  l.port->label().c_str());
     l.hasEce = r == EceResult::Ok;
@@ -318,8 +318,7 @@ ncclResult_t Comm::setEce(size_t link, const HsLink& remote) {
 ncclResult_t Comm::settleEce(size_t link, HsMessage* reply) {
   Link& l = links_[link];
   if (l.hasEce) {
-    const QueuePair& first = qps_[link * static_cast<size_t>(settings_.qpsPerLink)].qp;
-    EceResult r = first.queryEce(&l.ece);
+    EceResult r = qps_[link * static_cast<size_t>(settings_.qpsPerLink)].qp.queryEce(&l.ece);
     MESH_REQUIRE(r != EceResult::Failed, ncclSystemError, "cannot read the ECE options the QPs on %s settled on",
                  l.port->label().c_str());
     l.hasEce = r == EceResult::Ok;
