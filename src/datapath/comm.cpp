@@ -359,13 +359,12 @@ void Comm::logLink(size_t link, int peerMtu) const {
   const Link& l = links_[link];
   const Qp& q = qps_[link * static_cast<size_t>(settings_.qpsPerLink)];
   int localMtu = offeredMtu(*l.port, settings_.mtuCap);
-  char ece[48] = "";
-  if (l.hasEce) snprintf(ece, sizeof(ece), " ece=0x%x:0x%x", l.ece.vendorId, l.ece.options);
+  std::string ece = l.hasEce ? " ece=" + eceText(l.ece) : "";
   MESH_INFO(NCCL_INIT | NCCL_NET,
             "conn %s peer=%s link=%zu local=%s addr=%s gid_index=%d qpn=%u mtu=%d qps=%d tc=%d%s%s",
             sender_ ? "send" : "recv", formatIpv4(l.route.peerAddr).c_str(), link, l.port->label().c_str(),
             formatIpv4(l.route.local.addr).c_str(), l.route.gidIndex, q.qp.qpn(),
-            mtuToBytes(negotiatedMtu(localMtu, peerMtu)), settings_.qpsPerLink, qpTuning().trafficClass, ece,
+            mtuToBytes(negotiatedMtu(localMtu, peerMtu)), settings_.qpsPerLink, qpTuning().trafficClass, ece.c_str(),
             peerMtuNote(localMtu, peerMtu).c_str());
 }
 

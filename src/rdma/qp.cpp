@@ -214,6 +214,12 @@ EceResult QueuePair::setEce(const Ece& want) {
   return EceResult::Ok;
 }
 
+std::string eceText(const Ece& ece) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "0x%x:0x%x", ece.vendorId, ece.options);
+  return buf;
+}
+
 EceResult probeEce(const VerbsDevice* dev, int port, Ece* out) {
   CompletionQueue cq;  // declared first: destroyed after the QP
   QueuePair qp;

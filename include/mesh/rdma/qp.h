@@ -66,6 +66,8 @@ struct Ece {
   uint32_t options = 0;
 };
 enum class EceResult { Ok, Unsupported, Failed };
+// "0x15b3:0x30000001": the one form the conn line and nccl-mesh-info show.
+std::string eceText(const Ece& ece);
 
 // Transport settings for RTR/RTS (from NCCL_MESH_IB_*).
 struct QpTuning {

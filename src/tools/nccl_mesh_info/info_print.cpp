@@ -68,14 +68,10 @@ const char* yesNo(bool b) { return b ? "yes" : "no"; }
 // What a new QP on the port offers for ECE, which NCCL IB and the plugin negotiate per
 // connection: "0x15b3:0x…" on ConnectX, "no" where the provider has none (rxe), "?" when no
 // QP could be made to ask.
-std::string eceText(const mesh::Discovery& d, const mesh::MeshPort& p) {
+std::string portEceText(const mesh::Discovery& d, const mesh::MeshPort& p) {
   mesh::Ece ece;
   switch (mesh::probeEce(d.devices.at(static_cast<size_t>(p.deviceIndex)).get(), p.port, &ece)) {
-    case mesh::EceResult::Ok: {
-      char buf[32];
-      snprintf(buf, sizeof(buf), "0x%x:0x%x", ece.vendorId, ece.options);
-      return buf;
-    }
+    case mesh::EceResult::Ok: return mesh::eceText(ece);
     case mesh::EceResult::Unsupported: return "no";
     default: return "?";
   }
@@ -92,7 +88,7 @@ void printPorts(const mesh::Discovery& d) {
   Table t({"PORT", "NETDEV", "STATE", "ADDRESS", "GID IDX", "GID", "MTU", "SPEED", "NIC GDR",
            "NIC DMA-BUF", "ECE", "GUID", "PCI PATH"});
   for (const mesh::MeshPort& p : d.ports) {
-    std::string ece = eceText(d, p);
+    std::string ece = portEceText(d, p);
     for (const mesh::PortAddress& a : p.addrs) {
       t.add({p.device + ":" + std::to_string(p.port), p.netdev, "ACTIVE",
              mesh::formatPrefix(a.ip), std::to_string(a.gidIndex), gidText(a.gid),
@@ -239,7 +235,7 @@ std::string jsonPort(const mesh::MeshPort& p, const mesh::Discovery& d) {
          ", \"speed_mbps\": " + std::to_string(p.speedMbps) +
          ", \"pci_path\": " + jsonString(p.pciPath) + ", \"guid\": " + jsonString(guidText(p.guid)) +
          ", \"gdr\": " + (p.gdr ? "true" : "false") + ", \"dmabuf\": " +
-         (p.dmabuf ? "true" : "false") + ", \"ece\": " + jsonString(eceText(d, p)) + "}";
+         (p.dmabuf ? "true" : "false") + ", \"ece\": " + jsonString(portEceText(d, p)) + "}";
 }
 
 std::string jsonDevice(const mesh::NetDevice& dev, const mesh::Discovery& d) {
