@@ -272,7 +272,8 @@ std::vector<Setting> buildTable() {
                  &Config::gidIndex, -1, 255),
       intSetting("NCCL_MESH_CONNECT_TIMEOUT_MS", "30000",
                  "How long a connection may wait for the peer's handshake before it "
-                 "fails, in milliseconds (100..3600000)",
+                 "fails, in milliseconds (100..3600000); a relayed one (no cable to the peer) "
+                 "ends at twice this, whatever relays it tried",
                  &Config::connectTimeoutMs, 100, 3600000),
       intSetting("NCCL_MESH_PEER_TIMEOUT_MS", "30000",
                  "How long an established connection's peer may stay silent (no heartbeat "

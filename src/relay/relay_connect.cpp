@@ -58,7 +58,7 @@ RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handl
       opts_(opts),
       settings_(s) {
   auto now = std::chrono::steady_clock::now();
-  routeDeadline_ = now + std::chrono::milliseconds(s.timeoutMs);
+  routeDeadline_ = capped(now + std::chrono::milliseconds(s.timeoutMs));
   settleUntil_ = now + std::chrono::milliseconds(std::max(0, std::min(s.settleMs, s.timeoutMs / 2)));
   std::random_device rd;
   request_ = (uint64_t{rd()} << 32) | rd();
@@ -67,6 +67,10 @@ RelayConnector::RelayConnector(Handshaker* hs, std::vector<LocalNic> nics, Handl
 RelayConnector::~RelayConnector() {
   if (fd_ >= 0) close(fd_);
   if (leg_ != nullptr) hs_->discardConnect(leg_);
+}
+
+std::chrono::steady_clock::time_point RelayConnector::capped(std::chrono::steady_clock::time_point t) const {
+  return settings_.endBy != std::chrono::steady_clock::time_point() ? std::min(t, settings_.endBy) : t;
 }
 
 std::string RelayConnector::via() const {
@@ -78,6 +82,10 @@ std::string RelayConnector::via() const {
 std::string RelayConnector::rule() const {
   if (index_ >= candidates_.size()) return "?";
   return candidates_[index_].planned ? "route plan" : "fallback rule";
+}
+
+std::string RelayConnector::endText() const {
+  return "twice NCCL_MESH_CONNECT_TIMEOUT_MS, " + std::to_string(2 * int64_t{settings_.timeoutMs}) + " ms, after it began";
 }
 
 std::string RelayConnector::targetText() const { return addrList(target_.addrs); }
@@ -119,7 +127,13 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
         nextCandidate("the leg's handshake failed (see above)");
         continue;
       }
-      if (*out != nullptr) leg_.reset();
+      if (*out != nullptr) {
+        leg_.reset();
+      } else if (settings_.endBy != std::chrono::steady_clock::time_point() &&
+                 std::chrono::steady_clock::now() >= settings_.endBy) {
+        nextCandidate("the leg's handshake had not finished at the connect's end (" + endText() + ")");
+        continue;
+      }
       return ncclSuccess;
     }
     if (state_ == before && index_ == candidate) return ncclSuccess;  // waiting on the network
@@ -130,7 +144,9 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
 ncclResult_t RelayConnector::stepCandidate() {
   auto now = std::chrono::steady_clock::now();
   if (state_ != State::Start && state_ != State::Leg && now > deadline_) {
-    nextCandidate("no answer within " + std::to_string(settings_.timeoutMs) + " ms (NCCL_MESH_CONNECT_TIMEOUT_MS)");
+    nextCandidate(deadline_ == settings_.endBy
+                      ? "no answer before the connect's end (" + endText() + ")"
+                      : "no answer within " + std::to_string(settings_.timeoutMs) + " ms (NCCL_MESH_CONNECT_TIMEOUT_MS)");
   }
   switch (state_) {
     case State::Start: {
@@ -158,6 +174,14 @@ ncclResult_t RelayConnector::stepCandidate() {
         index_ = 0;
         tried_.clear();
       }
+      if (settings_.endBy != std::chrono::steady_clock::time_point() && now >= settings_.endBy) {
+        // The connect's time is up: the relays not asked yet are named, and the connect fails.
+        for (size_t i = index_; i < candidates_.size(); ++i) {
+          tried_.push_back("via " + formatIpv4(candidates_[i].route.nextHopAddr) + ": not asked before the connect's end");
+        }
+        state_ = State::Failed;
+        return ncclSuccess;
+      }
       const NextHop& hop = candidates_[index_];
       uint32_t local = 0;
       for (const LocalNic& nic : nics_) {
@@ -166,7 +190,7 @@ ncclResult_t RelayConnector::stepCandidate() {
           if (sameSubnet(hop.route.nextHopAddr, a.ip.addr, a.ip.prefixLen)) local = a.ip.addr;
         }
       }
-      deadline_ = now + std::chrono::milliseconds(settings_.timeoutMs);
+      deadline_ = capped(now + std::chrono::milliseconds(settings_.timeoutMs));
       fd_ = newTcpSocket();
       if (fd_ < 0) {
         nextCandidate(std::string("socket: ") + strerror(errno));

@@ -331,8 +331,11 @@ TwinConnector::TwinConnector(Handshaker* hs, std::vector<LocalNic> nics, Handle 
       opts_(opts),
       settings_(s),
       twinAllowed_(twinAllowed) {
-  settleUntil_ = std::chrono::steady_clock::now() +
-                 std::chrono::milliseconds(std::max(0, std::min(s.settleMs, s.timeoutMs / 2)));
+  auto now = std::chrono::steady_clock::now();
+  settleUntil_ = now + std::chrono::milliseconds(std::max(0, std::min(s.settleMs, s.timeoutMs / 2)));
+  // The whole connect, both relays, the one-relay fallback and its retries, ends within two
+  // timeouts: a relay that went silent costs one, the next way gets the other.
+  settings_.endBy = now + 2 * std::chrono::milliseconds(s.timeoutMs);
   if (!twinAllowed_) single("");
 }
 

@@ -124,7 +124,7 @@ const ScenarioInfo kScenarios[] = {
      "[--sizes 256K,4M,64M] [--count 5]  >= 2 nodes: rank 0 registers through its comm to rank 1\n"
      "                  (only the devices towards it) and through no comm (every device): devices,\n"
      "                  bytes pinned and the time of one regMr per size"},
-    {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "size"},
+    {"relay-faults", runRelayFaults, {"mode", "count", "check-at", "bound", "both-bound", "size"},
      "--mode kill-relay|stop-relay|kill-receiver|kill-sender|relay-cycles|relay-finalize|cut|silent-relay\n"
      "                  |isolation|memcap [--count 200]\n"
      "                  [--bound S] [--size 256K]  4-node ring: faults of a relayed 0->2 connection"},

@@ -38,7 +38,10 @@
 //                   process): rank 1 in one round, rank 3 in the next, so in one of them it is
 //                   the way the plan prefers. A fresh 0 <-> 2 pair must connect through the
 //                   other relay and exchange within --bound (1.5 x NCCL_MESH_CONNECT_TIMEOUT_MS):
-//                   the fallback to one relay asks the leg's silent relay last.
+//                   the fallback to one relay asks the leg's silent relay last. Then both
+//                   relays silent: 0's connect to 2 must fail within --both-bound (2.5 x the
+//                   timeout; the whole relayed connect ends at twice it), its WARN naming the
+//                   connect's end.
 //   memcap          with NCCL_MESH_RELAY_MEM = one ring (4M), two 0->2 comms opened at once:
 //                   both connect, through different relays; a third finds both full and
 //                   fails within the connect timeout, naming "relay memory cap reached", which
@@ -659,6 +662,49 @@ std::string runSilentRelay(Context& ctx) {
     ctx.barrier("after-" + round);
     if (ctx.rank == silent) unlink(file.c_str());
   }
+
+  // Both relays silent: nothing can answer, and the whole connect (both legs, the one-relay
+  // fallback asking each relay) must end within twice the timeout, naming why.
+  if (ctx.rank == 1 || ctx.rank == 3) {
+    FILE* f = fopen(file.c_str(), "w");
+    if (f == nullptr) fail("silent-relay: cannot create %s", file.c_str());
+    fclose(f);
+  }
+  ctx.barrier("silent-both");
+  if (ctx.rank == kC) {
+    void* lc = listenAndPublish(ctx, "h.silent-both", "silent-relay: listener for the connect through no relay");
+    ctx.rv->fetch("silent-both.done", ctx.deadline, "rank 0's connect through two silent relays to end");
+    ctx.net.check(ctx.net->closeListen(lc), "closeListen", "silent-relay: listener for the connect through no relay");
+  } else if (ctx.rank == kA) {
+    std::string handle = ctx.rv->fetch("h.silent-both", ctx.deadline, "rank 2's handle");
+    double allowed = 2 * timeout, bothBound = ctx.opts.real("both-bound", 2.5 * timeout);
+    size_t warnMark = ctx.net.logSize();
+    setPhase(format("silent-relay: 0->2 with both relays silent (must fail within %.1f s)", bothBound));
+    ConnectDriver driver(ctx);
+    PendingConn* p = driver.addConnect(kC, 0, handle, "connect rank0->rank2 (both relays silent)");
+    p->mayFail = true;
+    p->giveUp = Deadline(bothBound + 5, "silent-relay both-silent bound");
+    driver.drive(ctx.deadline);
+    if (p->comm != nullptr) fail("silent-relay: a 0->2 connect SUCCEEDED after %.2f s with both relays silent", p->seconds());
+    if (p->timedOut) fail("silent-relay: with both relays silent the connect was still pending after %.1f s", bothBound + 5);
+    if (p->seconds() > bothBound) {
+      fail("silent-relay: with both relays silent the connect failed after %.2f s; a relayed connect ends within "
+           "twice NCCL_MESH_CONNECT_TIMEOUT_MS (%.1f s, bound %.1f s)", p->seconds(), allowed, bothBound);
+    }
+    if (!isPeerFailure(p->rc)) {
+      fail("silent-relay: the connect failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)",
+           resultName(p->rc), ctx.net.lastWarn().c_str());
+    }
+    if (ctx.net.findWarn("the connect's end", warnMark).empty()) {
+      fail("silent-relay: the connect failed (%s) but its WARN does not name the connect's end (last WARN: %s)",
+           resultName(p->rc), ctx.net.lastWarn().c_str());
+    }
+    say("silent-relay: both relays silent: the connect failed in %.2f s with %s", p->seconds(), resultName(p->rc));
+    out += format(" both_silent_fail_s=%.2f", p->seconds());
+    ctx.rv->publish("silent-both.done", "");
+  }
+  ctx.barrier("after-silent-both");
+  if (ctx.rank == 1 || ctx.rank == 3) unlink(file.c_str());
   return out;
 }
 

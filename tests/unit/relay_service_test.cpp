@@ -2,6 +2,8 @@
 // The relay service's front door (mesh/relay/relay_service.h) over real sockets on 127.0.0.1,
 // its node's one port a fake RDMA device with that address: what connections that never
 // send a whole RELAY-OPEN (a port scan, a half-open socket, a peer gone quiet) may cost.
+// And the requesting side (RelayConnector) against relays that never answer: how long it
+// asks, and whom.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -296,6 +298,113 @@ TEST_F(RelayServiceTest, ARequesterThatHangsUpWhileTheRelayConnectsIsDroppedAtOn
   auto deadline = Clock::now() + std::chrono::seconds(10);
   while (svc_->ringBytesInUse() != 0 && Clock::now() < deadline) std::this_thread::yield();
   EXPECT_EQ(svc_->ringBytesInUse(), 0u) << "the dropped request still holds its staging memory";
+}
+
+// A RelayConnector's candidate relays at 127.0.0.1, .2, .3, each a listener on one port that
+// takes connections and never reads them (a stopped relay process: its kernel still completes
+// the TCP handshake). The connector has no Handshaker: no relay ever answers, so no leg starts.
+class RelayConnectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int attempt = 0; attempt < 20 && listeners_.empty(); ++attempt) {
+      int port = freePort();
+      ASSERT_GT(port, 0);
+      std::vector<int> fds;
+      for (uint32_t i = 0; i < 3; ++i) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(kLoopback + i);
+        sa.sin_port = htons(static_cast<uint16_t>(port));
+        if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 8) != 0) {
+          if (fd >= 0) close(fd);
+          break;  // the port was taken meanwhile: another one
+        }
+        fds.push_back(fd);
+      }
+      if (fds.size() == 3) {
+        listeners_ = fds;
+        port_ = port;
+      } else {
+        for (int fd : fds) close(fd);
+      }
+    }
+    ASSERT_EQ(listeners_.size(), 3u) << "no port free on 127.0.0.1-3";
+  }
+  void TearDown() override {
+    for (int fd : listeners_) close(fd);
+  }
+  std::unique_ptr<RelayConnector> connector(RelayConnectSettings s) {
+    std::vector<NextHop> hops(3);
+    for (uint32_t i = 0; i < 3; ++i) {
+      hops[i].peerAddr = 0xc6120909u;  // 198.18.9.9, the target
+      hops[i].route.hops = 1;
+      hops[i].route.nextHop = 100 + i;
+      hops[i].route.nextHopAddr = kLoopback + i;
+    }
+    Handle target;
+    target.token = 1;
+    target.port = 1;
+    target.addrs.push_back(HandleAddress{0xc6120909u, 24, 0});
+    s.port = port_;
+    s.self = 7;
+    return std::make_unique<RelayConnector>(nullptr, std::vector<LocalNic>{}, target,
+                                            [hops](bool) { return hops; }, ConnOptions{}, s);
+  }
+  // Polls as NCCL's connect does until the connector fails (true) or 20 s passed.
+  static bool pollUntilFailed(RelayConnector* c) {
+    auto giveUp = Clock::now() + std::chrono::seconds(20);
+    std::unique_ptr<PreparedConn> out;
+    while (Clock::now() < giveUp) {
+      if (c->poll(&out) != ncclSuccess) return true;
+      EXPECT_EQ(out, nullptr);
+      std::this_thread::yield();
+    }
+    return false;
+  }
+  // Whether relay i was connected to (its listener has a connection waiting).
+  bool asked(int i) const {
+    pollfd p{listeners_[static_cast<size_t>(i)], POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+  }
+  std::vector<int> listeners_;
+  int port_ = 0;
+};
+
+// Without an end (a relay's onward connect), every candidate gets its own timeout in turn.
+TEST_F(RelayConnectorTest, WithoutAnEndEverySilentRelayIsAskedInTurn) {
+  RelayConnectSettings s;
+  s.timeoutMs = 150;
+  auto c = connector(s);
+  ASSERT_TRUE(pollUntilFailed(c.get())) << "the connect did not fail";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(asked(i)) << "relay " << i << " was never asked" << c->tried();
+    std::string line = "via 127.0.0." + std::to_string(i + 1) + ": no answer within 150 ms";
+    EXPECT_NE(c->tried().find(line), std::string::npos) << c->tried();
+  }
+  EXPECT_EQ(c->tried().find("connect's end"), std::string::npos) << c->tried();
+}
+
+// With an end (TwinConnector's: twice the timeout after the connect began), the connect gives
+// up the relay it waits on there and asks no other: the third relay never sees a connection,
+// and the failure names it.
+TEST_F(RelayConnectorTest, TheConnectsEndStopsItAtTheRelayItWaitsOnAndNamesTheRest) {
+  RelayConnectSettings s;
+  s.timeoutMs = 300;
+  s.endBy = Clock::now() + std::chrono::milliseconds(450);
+  auto c = connector(s);
+  ASSERT_TRUE(pollUntilFailed(c.get())) << "the connect did not fail";
+  EXPECT_TRUE(asked(0));
+  EXPECT_FALSE(asked(2)) << "the third relay was asked after the connect's end" << c->tried();
+  std::string tried = c->tried();
+  EXPECT_NE(tried.find("via 127.0.0.1: no answer within 300 ms (NCCL_MESH_CONNECT_TIMEOUT_MS)"), std::string::npos)
+      << tried;
+  EXPECT_NE(tried.find("via 127.0.0.3: not asked before the connect's end"), std::string::npos) << tried;
+  // The second was either given up at the end or (a slow poll) not asked at all.
+  EXPECT_TRUE(tried.find("via 127.0.0.2: no answer before the connect's end (twice NCCL_MESH_CONNECT_TIMEOUT_MS, "
+                         "600 ms, after it began)") != std::string::npos ||
+              tried.find("via 127.0.0.2: not asked before the connect's end") != std::string::npos)
+      << tried;
 }
 
 }  // namespace

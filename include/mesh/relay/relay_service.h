@@ -79,6 +79,11 @@ struct RelayConnectSettings {
   int port = 41517;
   int maxHops = 2;        // the OPEN's hop budget: relays that may still forward
   int timeoutMs = 30000;  // per candidate next hop
+  // When the whole connect fails, whatever is still pending (a relay asked last may not have
+  // answered yet); the epoch: no such end (a relay's onward connect, bounded by its session).
+  // Only TwinConnector sets it, to twice timeoutMs after the connect began (so the failure's
+  // text says): one silent relay may cost a timeout, the next way gets the other.
+  std::chrono::steady_clock::time_point endBy{};
   NodeId self = 0;
   NodeId origin = 0;            // a relay forwarding an OPEN: the node that asked first
   uint32_t originAddr = 0;      // ... and its address, for the last relay's HELLO to C
@@ -197,6 +202,9 @@ class RelayConnector {
   enum class State { Start, Connecting, Sending, Reading, Leg, Failed };
   void nextCandidate(const std::string& why);
   ncclResult_t stepCandidate();
+  // `t`, or settings_.endBy when that comes first.
+  std::chrono::steady_clock::time_point capped(std::chrono::steady_clock::time_point t) const;
+  std::string endText() const;  // what settings_.endBy is, for tried()
 
   Handshaker* hs_;
   std::vector<LocalNic> nics_;
