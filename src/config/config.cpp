@@ -267,8 +267,8 @@ std::vector<Setting> buildTable() {
                  "(set it when a driver such as rxe reports a wrong one)",
                  &Config::speedMbps, 0, INT_MAX),
       intSetting("NCCL_MESH_GID_INDEX", "-1",
-                 "RoCE GID index used on every port; -1 = the RoCEv2 GID of the IPv4 "
-                 "address each route uses",
+                 "RoCE GID index used on every port, as NCCL_IB_GID_INDEX; -1 = the RoCEv2 "
+                 "GID of the IPv4 address each route uses",
                  &Config::gidIndex, -1, 255),
       intSetting("NCCL_MESH_CONNECT_TIMEOUT_MS", "30000",
                  "How long a connection may wait for the peer's handshake before it "
@@ -312,8 +312,8 @@ std::vector<Setting> buildTable() {
                   &Config::ibEce),
       mtuSetting(),
       intSetting("NCCL_MESH_QPS_PER_CONN", "1",
-                 "RC QPs per connection and link; large messages are striped over "
-                 "them (1..16)",
+                 "RC QPs per connection and link, as NCCL_IB_QPS_PER_CONNECTION; large "
+                 "messages are striped over them (1..16)",
                  &Config::qpsPerConn, 1, 16),
       sizeSetting("NCCL_MESH_SPLIT_MIN", "64K",
                   "Messages smaller than this are not split across QPs and parallel "

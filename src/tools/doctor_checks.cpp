@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "mesh/platform/text.h"
 #include "mesh/tools/doctor.h"
@@ -176,12 +177,7 @@ CheckResult checkNetSelect(const DoctorFacts& f) {
 
 // NCCL_IB_* set for a job meant to run on nccl-mesh: they tune NCCL's IB transport only.
 CheckResult checkIbSettings(const DoctorFacts& f) {
-  static const std::map<std::string, std::string> kMeshEquivalent = {
-      {"NCCL_IB_HCA", "NCCL_MESH_HCA"},        {"NCCL_IB_GID_INDEX", "NCCL_MESH_GID_INDEX"},
-      {"NCCL_IB_TC", "NCCL_MESH_IB_TC"},       {"NCCL_IB_SL", "NCCL_MESH_IB_SL"},
-      {"NCCL_IB_FIFO_TC", "NCCL_MESH_IB_FIFO_TC"}, {"NCCL_IB_ECE_ENABLE", "NCCL_MESH_IB_ECE_ENABLE"},
-      {"NCCL_IB_TIMEOUT", "NCCL_MESH_IB_TIMEOUT"}, {"NCCL_IB_RETRY_CNT", "NCCL_MESH_IB_RETRY_CNT"},
-      {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_MESH_QPS_PER_CONN"}};
+  static const std::map<std::string, std::string> kMeshEquivalent = ibSettingEquivalents();
   std::vector<std::string> set, fixes;
   for (const auto& [name, s] : f.nccl) {
     if (name.rfind("NCCL_IB_", 0) != 0 || name == "NCCL_IB_DISABLE" || s.value.empty()) continue;
@@ -273,6 +269,19 @@ CheckResult checkRdmaCore(const DoctorFacts& f) {
 }
 
 }  // namespace
+
+std::map<std::string, std::string> ibSettingEquivalents() {
+  std::map<std::string, std::string> out;
+  for (const SettingInfo& s : settingsTable()) {
+    std::string doc = s.doc;
+    for (size_t at = doc.find("NCCL_IB_"); at != std::string::npos; at = doc.find("NCCL_IB_", at + 1)) {
+      size_t end = at + 8;
+      while (end < doc.size() && (isupper(static_cast<unsigned char>(doc[end])) || doc[end] == '_')) ++end;
+      out.emplace(doc.substr(at, end - at), s.name);
+    }
+  }
+  return out;
+}
 
 std::vector<CheckResult> settingsChecks(const DoctorFacts& f) {
   return {checkPluginLoad(f),

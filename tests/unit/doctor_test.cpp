@@ -168,6 +168,28 @@ TEST_F(DoctorTest, NcclIbHcaWithNcclNetMeshWarnsAndNamesTheMeshSetting) {
   EXPECT_VERDICT(check("ib-settings"), Verdict::Ok);
 }
 
+// Each NCCL IB setting a nccl-mesh setting stands in for (its doc names it) is answered with
+// that setting, NCCL_IB_PCI_RELAXED_ORDERING included (the check's own list once lacked it).
+TEST_F(DoctorTest, EveryNcclIbSettingWithAMeshCounterpartIsAnsweredWithIt) {
+  const std::map<std::string, std::string> expected = {
+      {"NCCL_IB_HCA", "NCCL_MESH_HCA"},
+      {"NCCL_IB_GID_INDEX", "NCCL_MESH_GID_INDEX"},
+      {"NCCL_IB_TIMEOUT", "NCCL_MESH_IB_TIMEOUT"},
+      {"NCCL_IB_RETRY_CNT", "NCCL_MESH_IB_RETRY_CNT"},
+      {"NCCL_IB_TC", "NCCL_MESH_IB_TC"},
+      {"NCCL_IB_FIFO_TC", "NCCL_MESH_IB_FIFO_TC"},
+      {"NCCL_IB_SL", "NCCL_MESH_IB_SL"},
+      {"NCCL_IB_ECE_ENABLE", "NCCL_MESH_IB_ECE_ENABLE"},
+      {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_MESH_QPS_PER_CONN"},
+      {"NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_MESH_PCI_RELAXED_ORDERING"}};
+  EXPECT_EQ(ibSettingEquivalents(), expected);
+  for (const auto& [ib, mesh] : expected) src_.env[ib] = "1";
+  src_.env["NCCL_IB_SPLIT_DATA_ON_QPS"] = "1";  // no counterpart: named as set, no suggestion
+  CheckResult r = expectCheck("ib-settings", Verdict::Warn, "NCCL_IB_SPLIT_DATA_ON_QPS");
+  for (const auto& [ib, mesh] : expected) EXPECT_MENTIONS(r.fix, ib + " -> " + mesh);
+  EXPECT_EQ(r.fix.find("NCCL_IB_SPLIT_DATA_ON_QPS ->"), std::string::npos) << r.fix;
+}
+
 TEST_F(DoctorTest, MalformedNcclConfLinesAreNamedByFileAndLine) {
   put("etc/nccl.conf", "NCCL_DEBUG=INFO\njust words\nNCCL_NET = Mesh\n");
   CheckResult r = expectCheck("nccl-conf", Verdict::Warn, "/etc/nccl.conf: line 2");

@@ -184,6 +184,11 @@ GpuCaps probeGpusInChild(const std::string& library, int timeoutMs);
 
 // --- checks and report ------------------------------------------------------------------------
 std::vector<CheckResult> runChecks(const DoctorFacts& facts);
+
+// NCCL's IB settings and the nccl-mesh setting for each ("NCCL_IB_TC" -> "NCCL_MESH_IB_TC"):
+// every NCCL_IB_* named in a setting's doc (settingsTable), which the ib-settings check
+// suggests in their place.
+std::map<std::string, std::string> ibSettingEquivalents();
 std::vector<CheckResult> settingsChecks(const DoctorFacts& facts);  // doctor_checks.cpp
 std::vector<CheckResult> networkChecks(const DoctorFacts& facts);   // doctor_checks_net.cpp
 Verdict worstVerdict(const std::vector<CheckResult>& results);
