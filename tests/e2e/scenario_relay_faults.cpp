@@ -166,6 +166,34 @@ int freshExchange(Context& ctx, int peer, const std::string& tag) {
   return countLog(ctx, mark, "relay: connected to ") > 0 ? relayFromLog(ctx, mark, peer) : -1;
 }
 
+// Rank A's connect to C through `handle` that no relay can carry: it must fail within giveUpS
+// with ncclSystemError or ncclRemoteError, a WARN since it began naming `reason`. `what` names
+// it in the scenario's failures ("memcap: a third 0->2 connect ...").
+struct RefusedConnect {
+  ncclResult_t rc = ncclSuccess;
+  double seconds = 0;
+};
+RefusedConnect connectMustFail(Context& ctx, const std::string& handle, const std::string& what, double giveUpS,
+                               const std::string& reason) {
+  size_t warnMark = ctx.net.logSize();
+  ConnectDriver driver(ctx);
+  PendingConn* p = driver.addConnect(kC, 0, handle, "connect rank0->rank2: " + what);
+  p->mayFail = true;
+  p->giveUp = Deadline(giveUpS, what + ": its bound");
+  driver.drive(ctx.deadline);
+  if (p->comm != nullptr) fail("%s SUCCEEDED after %.2f s", what.c_str(), p->seconds());
+  if (p->timedOut) fail("%s was still pending after %.1f s (%ld calls)", what.c_str(), giveUpS, p->calls);
+  if (!isPeerFailure(p->rc)) {
+    fail("%s failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)", what.c_str(),
+         resultName(p->rc), ctx.net.lastWarn().c_str());
+  }
+  if (ctx.net.findWarn(reason, warnMark).empty()) {
+    fail("%s failed (%s) but no WARN says '%s' (last WARN: %s)", what.c_str(), resultName(p->rc), reason.c_str(),
+         ctx.net.lastWarn().c_str());
+  }
+  return {p->rc, p->seconds()};
+}
+
 // ---- kill-relay, stop-relay, kill-receiver --------------------------------------------------
 
 struct Fault {
@@ -678,29 +706,15 @@ std::string runSilentRelay(Context& ctx) {
   } else if (ctx.rank == kA) {
     std::string handle = ctx.rv->fetch("h.silent-both", ctx.deadline, "rank 2's handle");
     double allowed = 2 * timeout, bothBound = ctx.opts.real("both-bound", 2.5 * timeout);
-    size_t warnMark = ctx.net.logSize();
     setPhase(format("silent-relay: 0->2 with both relays silent (must fail within %.1f s)", bothBound));
-    ConnectDriver driver(ctx);
-    PendingConn* p = driver.addConnect(kC, 0, handle, "connect rank0->rank2 (both relays silent)");
-    p->mayFail = true;
-    p->giveUp = Deadline(bothBound + 5, "silent-relay both-silent bound");
-    driver.drive(ctx.deadline);
-    if (p->comm != nullptr) fail("silent-relay: a 0->2 connect SUCCEEDED after %.2f s with both relays silent", p->seconds());
-    if (p->timedOut) fail("silent-relay: with both relays silent the connect was still pending after %.1f s", bothBound + 5);
-    if (p->seconds() > bothBound) {
+    RefusedConnect r = connectMustFail(ctx, handle, "silent-relay: a 0->2 connect with both relays silent",
+                                       bothBound + 5, "the connect's end");
+    if (r.seconds > bothBound) {
       fail("silent-relay: with both relays silent the connect failed after %.2f s; a relayed connect ends within "
-           "twice NCCL_MESH_CONNECT_TIMEOUT_MS (%.1f s, bound %.1f s)", p->seconds(), allowed, bothBound);
+           "twice NCCL_MESH_CONNECT_TIMEOUT_MS (%.1f s, bound %.1f s)", r.seconds, allowed, bothBound);
     }
-    if (!isPeerFailure(p->rc)) {
-      fail("silent-relay: the connect failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)",
-           resultName(p->rc), ctx.net.lastWarn().c_str());
-    }
-    if (ctx.net.findWarn("the connect's end", warnMark).empty()) {
-      fail("silent-relay: the connect failed (%s) but its WARN does not name the connect's end (last WARN: %s)",
-           resultName(p->rc), ctx.net.lastWarn().c_str());
-    }
-    say("silent-relay: both relays silent: the connect failed in %.2f s with %s", p->seconds(), resultName(p->rc));
-    out += format(" both_silent_fail_s=%.2f", p->seconds());
+    say("silent-relay: both relays silent: the connect failed in %.2f s with %s", r.seconds, resultName(r.rc));
+    out += format(" both_silent_fail_s=%.2f", r.seconds);
     ctx.rv->publish("silent-both.done", "");
   }
   ctx.barrier("after-silent-both");
@@ -746,28 +760,14 @@ std::string runMemcap(Context& ctx, size_t size) {
   } else if (ctx.rank == kA) {
     std::string handle = ctx.rv->fetch("h.memcap.third", ctx.deadline, "rank 2's third handle");
     double bound = envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000) + 10;
-    size_t warnMark = ctx.net.logSize();
     setPhase(format("memcap: a third 0->2 connect while both relays are full (must fail within %.0f s)", bound));
-    ConnectDriver driver(ctx);
-    PendingConn* p = driver.addConnect(kC, 0, handle, "connect rank0->rank2 #3 (both relays full)");
-    p->mayFail = true;
-    p->giveUp = Deadline(bound, "memcap third-connect bound");
-    driver.drive(ctx.deadline);
-    if (p->comm != nullptr) {
-      fail("memcap: a third 0->2 connect SUCCEEDED after %.2f s, with NCCL_MESH_RELAY_MEM=%s on relays already holding "
-           "one connection each", p->seconds(), cap);
-    }
-    if (p->timedOut) fail("memcap: the third 0->2 connect was still pending after %.0f s (%ld calls)", bound, p->calls);
-    if (!isPeerFailure(p->rc)) {
-      fail("memcap: the third connect failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)",
-           resultName(p->rc), ctx.net.lastWarn().c_str());
-    }
-    if (ctx.net.findWarn("relay memory cap reached", warnMark).empty()) {
-      fail("memcap: the third connect failed (%s) but no WARN gives the relays' reason 'relay memory cap reached' "
-           "(last WARN: %s)", resultName(p->rc), ctx.net.lastWarn().c_str());
-    }
-    third = format(" third_connect=%s third_s=%.2f", resultName(p->rc), p->seconds());
-    say("memcap: the third connect failed as expected in %.2f s with %s", p->seconds(), resultName(p->rc));
+    RefusedConnect r = connectMustFail(
+        ctx, handle,
+        format("memcap: a third 0->2 connect, with NCCL_MESH_RELAY_MEM=%s on relays already holding one connection each",
+               cap),
+        bound, "relay memory cap reached");
+    third = format(" third_connect=%s third_s=%.2f", resultName(r.rc), r.seconds);
+    say("memcap: the third connect failed as expected in %.2f s with %s", r.seconds, resultName(r.rc));
     ctx.rv->publish("memcap.third.done", "");
   } else {
     ctx.rv->fetch("memcap.third.done", ctx.deadline, "rank 0's third connect to end");  // then count refusals
