@@ -73,6 +73,10 @@ std::chrono::steady_clock::time_point RelayConnector::capped(std::chrono::steady
   return settings_.endBy != std::chrono::steady_clock::time_point() ? std::min(t, settings_.endBy) : t;
 }
 
+bool RelayConnector::pastEnd(std::chrono::steady_clock::time_point now) const {
+  return settings_.endBy != std::chrono::steady_clock::time_point() && now >= settings_.endBy;
+}
+
 std::string RelayConnector::via() const {
   if (candidates_.empty()) return "?";
   // Past the last candidate (every one failed): the last one asked.
@@ -129,8 +133,7 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
       }
       if (*out != nullptr) {
         leg_.reset();
-      } else if (settings_.endBy != std::chrono::steady_clock::time_point() &&
-                 std::chrono::steady_clock::now() >= settings_.endBy) {
+      } else if (pastEnd(std::chrono::steady_clock::now())) {
         nextCandidate("the leg's handshake had not finished at the connect's end (" + endText() + ")");
         continue;
       }
@@ -174,7 +177,7 @@ ncclResult_t RelayConnector::stepCandidate() {
         index_ = 0;
         tried_.clear();
       }
-      if (settings_.endBy != std::chrono::steady_clock::time_point() && now >= settings_.endBy) {
+      if (pastEnd(now)) {
         // The connect's time is up: the relays not asked yet are named, and the connect fails.
         for (size_t i = index_; i < candidates_.size(); ++i) {
           tried_.push_back("via " + formatIpv4(candidates_[i].route.nextHopAddr) + ": not asked before the connect's end");

@@ -204,6 +204,7 @@ class RelayConnector {
   ncclResult_t stepCandidate();
   // `t`, or settings_.endBy when that comes first.
   std::chrono::steady_clock::time_point capped(std::chrono::steady_clock::time_point t) const;
+  bool pastEnd(std::chrono::steady_clock::time_point now) const;  // settings_.endBy is set and here
   std::string endText() const;  // what settings_.endBy is, for tried()
 
   Handshaker* hs_;
