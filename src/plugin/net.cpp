@@ -82,6 +82,11 @@ namespace {
 ncclResult_t closeComm(Comm* comm);
 }  // namespace
 
+size_t NetTables::openCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_.size() + pending_.size();
+}
+
 void NetTables::releaseAll(Plugin* plugin, size_t* connects, size_t* comms) {
   std::unordered_map<const void*, Live> live;
   std::vector<PendingConnect> pending;

@@ -22,6 +22,10 @@
 #include "mesh/platform/version.h"
 #include "mesh/plugin/nccl_compat.h"
 
+// The C++ ABI's exit-handler registration and this object's DSO handle (crtbegin's).
+extern "C" void* __dso_handle;
+extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso);
+
 namespace mesh {
 
 Plugin& Plugin::instance() {
@@ -34,10 +38,20 @@ Plugin& Plugin::instance() {
 }
 
 namespace {
-// Set in a child forked after init; see Plugin::inForkedChild(). Relaxed: written by the
+// Set in a child forked once init began; see Plugin::inForkedChild(). Relaxed: written by the
 // pthread_atfork child handler and read by the same, only, thread of the child.
 std::atomic<bool> gForkedChild{false};
 void markForkedChild() { gForkedChild.store(true, std::memory_order_relaxed); }
+
+// Set by an exit handler registered at init. exit() runs the exit handlers before any ELF
+// destructor (ld.so's _dl_fini is the first handler registered, so the last to run), while a
+// dlclose runs this library's destructor first and its exit handlers after (__cxa_finalize
+// comes last in its fini array): in the destructor, set means the process is exiting.
+// Registered with __cxa_atexit and this library's __dso_handle, which is what atexit() means
+// in a shared library, said outright: an interposed atexit() (ThreadSanitizer's) registers
+// for the program, and the handler then ran at exit in a library dlclosed long before.
+std::atomic<bool> gProcessExiting{false};
+void markProcessExiting(void*) { gProcessExiting.store(true, std::memory_order_release); }
 }  // namespace
 
 bool Plugin::inForkedChild() { return gForkedChild.load(std::memory_order_relaxed); }
@@ -48,6 +62,15 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
   if (initialized_) {
     if (abi > 0 && !loaderLogged_) logLoader(logger, abi);
     return ncclSuccess;
+  }
+  // Registered once per load of the library, before anything else: glibc drops a DSO's fork
+  // and exit handlers when it is dlclosed (__cxa_finalize), so a reloaded copy registers its
+  // own. A child forked while this init runs holds initMutex_ locked by a thread it does not
+  // have: marked at once, it never waits for it (shutdown(), every entry point).
+  static bool handlersRegistered = false;
+  if (!handlersRegistered) {
+    handlersRegistered = pthread_atfork(nullptr, nullptr, markForkedChild) == 0 &&
+                         __cxa_atexit(markProcessExiting, nullptr, &__dso_handle) == 0;
   }
   MESH_INFO(NCCL_INIT | NCCL_NET, "%s", versionText().c_str());
   if (abi > 0) logLoader(logger, abi);
@@ -78,10 +101,6 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
   buildConnectionMachinery();
   watchAsyncEvents();
   startRelay();
-  // Registered once per load of the library: glibc drops a DSO's fork handlers when it is
-  // dlclosed (__cxa_finalize), so a reloaded copy registers its own.
-  static bool atforkRegistered = false;
-  if (!atforkRegistered) atforkRegistered = pthread_atfork(nullptr, nullptr, markForkedChild) == 0;
   initPid_ = getpid();
   initialized_ = true;
   return ncclSuccess;
@@ -137,31 +156,27 @@ void Plugin::initFork() {
 }
 
 void Plugin::shutdown(bool fromExitHandler) {
+  // A forked child shares the parent's uverbs file: deregistering, deallocating or closing
+  // through it would tear down the PARENT's objects, and the reactor thread does not exist
+  // here to be joined. The child's copy is left as it is; exit() reclaims its memory. Asked
+  // before the lock: a child forked while NCCL's thread was in init has it locked for good.
+  if (inForkedChild()) return;
   std::lock_guard<std::mutex> lock(initMutex_);
   // Never initialized, or shut down already (the relay's exit handler, then the destructor).
   if (!initialized_ && !reactor_.running()) return;
-  // A forked child shares the parent's uverbs file: deregistering, deallocating or closing
-  // through it would tear down the PARENT's objects, and the reactor thread does not exist
-  // here to be joined. The child's copy is left as it is; exit() reclaims its memory.
   if (initPid_ != 0 && getpid() != initPid_) return;
+  // Process exit: NCCL's proxy thread may still be in isend/test on comms NCCL never closed
+  // (a rank that exits with collectives in flight); they stay, with all they use.
+  if (fromExitHandler || gProcessExiting.load(std::memory_order_acquire)) {
+    stopForExit(fromExitHandler);
+    return;
+  }
   // Reverse order of construction: the reactor first (its handlers hold pending handshakes
   // and their half-built comms), then the comms and connects NCCL left behind, then what
   // the comms used, then the devices.
   // Everything is released with releaseStatic (static_state.h): this object lives in the
   // library's static storage, so whatever it still points to when NCCL dlcloses the
   // library would be leaked for good.
-  // A library the relay pinned (NCCL_MESH_RELAY=auto) is unloaded only at process exit.
-  // Once it relayed, the relay's atexit handler shuts it down there, while the verbs
-  // provider is still there. Here, the ELF destructor at exit (a process that never
-  // relayed, or a provider finalized before us: loaded later, finalized first): stop the
-  // threads and leave every verbs object and socket to the kernel.
-  if (!fromExitHandler && relay_ != nullptr && relay_->pinned()) {
-    relay_->abandon();
-    if (routes_ != nullptr) routes_->stop();
-    reactor_.stop();
-    stats::Publisher::close(false);  // the comms left alive may still count into the mapping
-    return;
-  }
   // The relay's thread drives handshakes on the reactor and owns its links' comms: first.
   // Its Handshaker goes only after the reactor stopped: the reactor's handlers for the
   // relay's control links (a peer closing, the heartbeat) point at it.
@@ -188,6 +203,33 @@ void Plugin::shutdown(bool fromExitHandler) {
   releaseStatic(config_);
   initPid_ = 0;
   initialized_ = false;
+}
+
+// At process exit (under initMutex_): this library's threads stop; every comm, registration,
+// device and socket stays for the kernel to reclaim. NCCL's threads still run until the
+// process ends and may be inside isend/test on comms NCCL never closed: freeing those here
+// crashed the exit of a rank that left with collectives in flight. The ELF destructor may
+// run after a verbs provider's (loaded later, finalized first), so from there no verbs call
+// is made, the relay's links included (abandon()). The relay's own exit handler runs while
+// the provider is still loaded: its links end cleanly there (stop()).
+void Plugin::stopForExit(bool fromExitHandler) {
+  if (stoppedForExit_) return;
+  stoppedForExit_ = true;
+  if (relay_ != nullptr) {
+    if (fromExitHandler) {
+      relay_->stop();
+    } else {
+      relay_->abandon();
+    }
+  }
+  if (routes_ != nullptr) routes_->stop();
+  reactor_.stop();
+  stats::Publisher::close(false);  // the comms left alive may still count into the mapping
+  size_t open = tables_.openCount();
+  if (open > 0) {
+    MESH_INFO(NCCL_INIT | NCCL_NET, "process exit: %zu comm(s) or connect(s) NCCL did not close stay until the "
+              "process ends (NCCL's threads may still use them)", open);
+  }
 }
 
 ncclResult_t Plugin::device(int dev, const NetDevice** out) const {
@@ -331,8 +373,8 @@ void Plugin::startRelay() {
     return relayCandidates(peer, nics, origin, exclude, mayWait);
   };
   // Exit handlers run before any library's ELF destructor (ld.so's _dl_fini is the first
-  // handler registered, so the last to run): a library the relay pinned shuts down there,
-  // cleanly, with the verbs provider it dlopened still loaded.
+  // handler registered, so the last to run): once the relay relayed, its links end there,
+  // cleanly, with the verbs provider it dlopened still loaded (stopForExit).
   // The route service exists before the relay thread starts: that thread's lookups read
   // routes_ (relayCandidates), which must not change under it. It starts (sends HELLOs)
   // after the relay port is bound, so that what the HELLOs announce is reachable; one that

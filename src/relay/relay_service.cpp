@@ -367,9 +367,9 @@ bool RelayService::stepSession(Session& s) {
       s.reserved = 0;  // the link holds it now
       liveLinks_.fetch_add(1);
       ++relayedTotal_;
-      // From the first link on, the process shuts down cleanly at exit, before the verbs
-      // provider it uses (the owner's shutdown; atexit takes no loader lock). A process that
-      // never relayed leaves that to the library destructor.
+      // From the first link on, the relay's links end cleanly at exit, before the verbs
+      // provider they use is finalized (the owner's exit shutdown; atexit takes no loader
+      // lock). A process that never relayed has none to end: the library destructor stops it.
       if (!exitHandlerSet_ && pinned_ && atExit_ != nullptr) {
         atexit(atExit_);
         exitHandlerSet_ = true;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -373,6 +374,76 @@ TEST_P(EachVersion, AForkedChildExitsWithoutTouchingTheParentsPlugin) {
   EXPECT_EQ(again, ndev);
   EXPECT_EQ(abitest::pluginThreadCount(), threads);
   EXPECT_EQ(net_.finalize(), ncclSuccess);
+}
+
+// A child forked while another thread is inside the first init (NCCL initializes from its own
+// thread while the application forks) inherits init's lock held by a thread it does not have.
+// Its exit() runs the library destructor, which must not wait for that lock, and a call into
+// the plugin must be refused at once. The logger holds the first init still at its version
+// line, the first one init logs with its lock taken. (Before the fork handler was registered
+// ahead of init's work, the child hung in exit() here.)
+// Never destroyed: the child's exit() would wait in the condition variable's destructor for
+// the parent's thread waiting on it.
+std::mutex& gHoldMutex = *new std::mutex;
+std::condition_variable& gHoldCv = *new std::condition_variable;
+bool gHolding = false;
+bool gRelease = false;
+
+extern "C" void holdingLog(ncclDebugLogLevel /*level*/, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
+                           const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (strstr(buf, "nccl-mesh ") == nullptr) return;
+  std::unique_lock<std::mutex> lock(gHoldMutex);
+  if (gHolding) return;
+  gHolding = true;
+  gHoldCv.notify_all();
+  gHoldCv.wait(lock, [] { return gRelease; });
+}
+
+TEST_F(AbiVersions, AChildForkedDuringInitIsRefusedAndExits) {
+  netapi::NetApi net;
+  ASSERT_NO_FATAL_FAILURE(open(8, &net));
+  ncclResult_t initRc = ncclInternalError;
+  std::thread initThread([&] { initRc = net.init(holdingLog); });
+  auto release = [&] {
+    {
+      std::lock_guard<std::mutex> lock(gHoldMutex);
+      gRelease = true;
+    }
+    gHoldCv.notify_all();
+    initThread.join();
+  };
+  {
+    std::unique_lock<std::mutex> lock(gHoldMutex);
+    if (!gHoldCv.wait_for(lock, std::chrono::seconds(20), [] { return gHolding; })) {
+      lock.unlock();
+      release();
+      FAIL() << "init never logged its version line";
+    }
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a child that waits for the lock is killed (the parent reports it)
+    int n = -1;
+    int code = net.devices(&n) == ncclSystemError ? 0 : 3;
+    exit(code);  // not _exit: the library destructor runs
+  }
+  int status = 0;
+  bool reaped = pid > 0 && reapWithin(pid, 30, &status);
+  release();
+  ASSERT_GT(pid, 0) << strerror(errno);
+  ASSERT_TRUE(reaped) << "the forked child hung";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << " (SIGALRM: it waited for the init lock its parent's thread held)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "devices() in the child was not refused with ncclSystemError";
+  EXPECT_EQ(initRc, ncclSuccess);
+  EXPECT_EQ(net.finalize(), ncclSuccess);
 }
 
 // A library loaded before the plugin (libtorch, an inference server) may destroy its last

@@ -36,7 +36,7 @@ const ScenarioInfo kScenarios[] = {
     {"cycles", runCycles, {"count", "check-at"},
      "[--count 200] [--check-at 10]  2 nodes: listen/connect/exchange/close cycles, leak check"},
     {"dead-peer", runDeadPeer, {"mode", "bound", "margin", "size"},
-     "--mode never-accept|listener-dies|peer-killed|idle|mid-send [--bound S] [--margin 20]\n"
+     "--mode never-accept|listener-dies|peer-killed|idle|mid-send|exits [--bound S] [--margin 20]\n"
      "                  [--size 64M]  2 nodes: rank 1 dies, rank 0 must get errors in bounded time"},
     {"pair", runPair, {"iters", "groups", "big"},
      "[--iters 2] [--groups 4] [--big 0]  2 nodes: sizes, 32 outstanding, grouped, short, one big"},

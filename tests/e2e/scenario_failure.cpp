@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // Failure scenarios: a peer that never accepts, dies while listening, is killed with a
-// receive posted, while the comms are idle, or while this rank's send is on the wire
+// receive posted, while the comms are idle, or while this rank's send is on the wire, or
+// leaves through exit() while its other thread is still in isend, as NCCL's proxy may be
 // (dead-peer); comms closed with requests in flight (close-inflight); a receiver that closes
 // the moment it has its data (close-after-receive: the send completes). In every failure the
 // surviving rank must get an error in bounded time, never hang, release everything when it
 // closes the failed comms, and stay usable.
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -139,23 +142,24 @@ SeenFailure requestFailsThenReleased(Context& ctx, CommTable& t, const Snapshot&
   return {rc, after};
 }
 
-// peer-killed, rank 0: a receive is posted when rank 1 SIGKILLs itself; test() must fail.
-std::string receiveMustFail(Context& ctx, double bound) {
+// peer-killed and exits, rank 0: a receive is posted when rank 1 SIGKILLs itself (or leaves
+// through exit()); test() must fail.
+std::string receiveMustFail(Context& ctx, const std::string& mode, double bound) {
   Snapshot base = stableSnapshot(5);
   CommTable t = establish(ctx, {{}, {1}, 1, "dead"}, ctx.deadline);
   void* recvComm = t[1].recv[0];
   HostBuffer buf(4096);
-  void* mh = regHost(ctx, recvComm, buf, "peer-killed recv buffer");
+  void* mh = regHost(ctx, recvComm, buf, mode + " recv buffer");
   // First prove the path works: one 8-byte message from rank 1.
-  std::vector<Op> first = {recvOp(recvComm, buf.data(), 4096, 1, mh, "peer-killed: first irecv rank0<-rank1")};
+  std::vector<Op> first = {recvOp(recvComm, buf.data(), 4096, 1, mh, mode + ": first irecv rank0<-rank1")};
   Engine(ctx, ctx.seed).run(first, ctx.deadline);
-  if (first[0].got[0] != 8) fail("peer-killed: first message reported %d bytes, expected 8", first[0].got[0]);
+  if (first[0].got[0] != 8) fail("%s: first message reported %d bytes, expected 8", mode.c_str(), first[0].got[0]);
 
-  setPhase("peer-killed: posting the receive that rank 1 dies under");
-  void* req = postRecv(ctx, recvComm, buf.data(), 4096, 2, mh, "peer-killed: irecv rank0<-rank1 before rank 1 dies");
-  SeenFailure seen = requestFailsThenReleased(ctx, t, base, "peer-killed", "posted.0", recvComm, mh, req,
-                                              "the receive from the killed rank 1", "", bound);
-  return format("mode=peer-killed test_error=%s error_after_s=%.3f bound_s=%.0f released", resultName(seen.rc),
+  setPhase(mode + ": posting the receive that rank 1 dies under");
+  void* req = postRecv(ctx, recvComm, buf.data(), 4096, 2, mh, mode + ": irecv rank0<-rank1 before rank 1 dies");
+  SeenFailure seen = requestFailsThenReleased(ctx, t, base, mode, "posted.0", recvComm, mh, req,
+                                              "the receive from the dead rank 1", "", bound);
+  return format("mode=%s test_error=%s error_after_s=%.3f bound_s=%.0f released", mode.c_str(), resultName(seen.rc),
                 seen.after, bound);
 }
 
@@ -267,6 +271,65 @@ std::string sendMustFail(Context& ctx, size_t size, double bound) {
   dieAsPlanned(true);
 }
 
+// exits, rank 1: NCCL's proxy thread of a rank that leaves with work in flight (an exception,
+// sys.exit, no ncclCommDestroy). A second thread spins in isend on the comm, as the proxy
+// does for a send whose receive is not posted (tag 3: rank 0 posted tag 2, so every call is a
+// NULL request), while the main thread calls exit(): the exit handlers and the plugin's
+// destructor run under it. The guard requires exit status 0: a comm freed under the spinning
+// thread crashed here.
+struct ProxySpin {
+  Context* ctx = nullptr;
+  void* comm = nullptr;
+  void* data = nullptr;
+  void* mh = nullptr;
+  std::atomic<long> calls{0};
+  std::atomic<int> stopped{0};  // 1: an error, 2: a request (neither may happen before exit)
+};
+
+void* proxySpin(void* arg) {
+  auto* p = static_cast<ProxySpin*>(arg);
+  while (true) {
+    void* req = nullptr;
+    ncclResult_t rc = (*p->ctx).net->isend(p->comm, p->data, 8, 3, p->mh, &req);
+    p->calls.fetch_add(1, std::memory_order_relaxed);
+    if (rc != ncclSuccess || req != nullptr) {
+      p->stopped.store(rc != ncclSuccess ? 1 : 2);
+      return nullptr;
+    }
+  }
+}
+
+[[noreturn]] void exitsVictim(Context& ctx) {
+  CommTable t = establish(ctx, {{0}, {}, 1, "dead"}, ctx.deadline);
+  void* sendComm = t[0].send[0];
+  HostBuffer buf(8);
+  fillPattern(buf.data(), 8, 1);
+  void* mh = regHost(ctx, sendComm, buf, "exits send buffer");
+  std::vector<Op> first = {sendOp(sendComm, buf.data(), 8, 1, mh, "exits: first isend rank1->rank0")};
+  Engine(ctx, ctx.seed).run(first, ctx.deadline);
+  ctx.rv->fetch("posted.0", ctx.deadline, "rank 0 posting the receive");
+  // Never freed: the thread runs until the process ends.
+  auto* spin = new ProxySpin;
+  spin->ctx = &ctx;
+  spin->comm = sendComm;
+  spin->data = buf.data();
+  spin->mh = mh;
+  pthread_t thread;
+  if (pthread_create(&thread, nullptr, proxySpin, spin) != 0) fail("exits: pthread_create failed");
+  pthread_detach(thread);
+  Deadline by(30, "the spinning thread");
+  while (spin->calls.load() < 1000 && spin->stopped.load() == 0) {
+    if (by.expired()) fail("exits: the spinning thread made %ld isend calls in 30 s", spin->calls.load());
+    pollPause(1000);
+  }
+  if (spin->stopped.load() != 0) {
+    fail("exits: isend with tag 3 (never posted) returned %s before the exit",
+         spin->stopped.load() == 1 ? "an error" : "a request");
+  }
+  say("exits: a second thread spins in isend (%ld calls so far); calling exit(0) now", spin->calls.load());
+  exitAsPlanned();
+}
+
 [[noreturn]] void peerKilledVictim(Context& ctx) {
   CommTable t = establish(ctx, {{0}, {}, 1, "dead"}, ctx.deadline);
   void* sendComm = t[0].send[0];
@@ -360,6 +423,11 @@ void dieAsPlanned(bool kill9) {
   _exit(0);
 }
 
+void exitAsPlanned() {
+  report('D');
+  exit(0);
+}
+
 void stopAsPlanned() {
   report('S');
   raise(SIGSTOP);
@@ -369,7 +437,7 @@ bool needsChildGuard(const Context& ctx) {
   std::string mode = ctx.opts.str("mode", "");
   if (ctx.scenario == "dead-peer") {
     return ctx.rank == 1 && (mode == "listener-dies" || mode == "peer-killed" || mode == "idle" ||
-                             mode == "mid-send");
+                             mode == "mid-send" || mode == "exits");
   }
   if (ctx.scenario == "relay-faults") return relayFaultsNeedsGuard(ctx);
   return false;
@@ -450,8 +518,8 @@ std::string runDeadPeer(Context& ctx) {
   std::string mode = ctx.opts.str("mode", "");
   double margin = ctx.opts.real("margin", 20);
   bool connectMode = mode == "never-accept" || mode == "listener-dies";
-  if (!connectMode && mode != "peer-killed" && mode != "idle" && mode != "mid-send") {
-    fail("dead-peer needs --mode never-accept|listener-dies|peer-killed|idle|mid-send (got '%s')",
+  if (!connectMode && mode != "peer-killed" && mode != "idle" && mode != "mid-send" && mode != "exits") {
+    fail("dead-peer needs --mode never-accept|listener-dies|peer-killed|idle|mid-send|exits (got '%s')",
          mode.c_str());
   }
   double bound = ctx.opts.real("bound", connectMode ? connectTimeoutSeconds() + margin : 60);
@@ -463,9 +531,10 @@ std::string runDeadPeer(Context& ctx) {
     if (connectMode) return connectMustFail(ctx, mode, bound);
     if (mode == "idle") return idleMustFail(ctx, bound);
     if (mode == "mid-send") return sendMustFail(ctx, size, bound);
-    return receiveMustFail(ctx, bound);
+    return receiveMustFail(ctx, mode, bound);
   }
   if (mode == "peer-killed") peerKilledVictim(ctx);
+  if (mode == "exits") exitsVictim(ctx);
   if (mode == "idle") idleVictim(ctx);
   if (mode == "mid-send") midSendVictim(ctx, size);
   void* lc = listenAndPublish(ctx, "h.1.0.dead", "rank 1's listener for the dead-peer test");

@@ -77,6 +77,8 @@ int childGuardParent(const Context& ctx, Rendezvous& rv, int childPid, int repor
 void setChildReportFd(int fd);
 // Tells the parent the death is planned, then SIGKILLs itself (kill9) or _exit(0)s.
 [[noreturn]] void dieAsPlanned(bool kill9);
+// Tells the parent the death is planned, then exit(0)s: exit handlers and destructors run.
+[[noreturn]] void exitAsPlanned();
 // Tells the parent, then SIGSTOPs itself; returns once the parent continued it.
 void stopAsPlanned();
 

@@ -5,7 +5,7 @@
 fabric_scenario(connect_mesh 3 60 -- connect-mesh)
 fabric_scenario(ring_diagonal 4 60 --topology ring -- ring-diagonal)
 fabric_scenario(cycles 2 120 -- cycles --count 200)
-foreach(mode never-accept listener-dies peer-killed idle)
+foreach(mode never-accept listener-dies peer-killed idle exits)
   string(REPLACE "-" "_" mode_name ${mode})
   fabric_scenario(dead_peer_${mode_name} 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- dead-peer --mode ${mode})
 endforeach()

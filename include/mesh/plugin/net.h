@@ -59,6 +59,9 @@ class NetTables {
   // closed, half-built comm released) and closes every comm NCCL left open. Returns how
   // many of each it found.
   void releaseAll(Plugin* plugin, size_t* connects, size_t* comms);
+  // Comms (send, receive, listen) and pending connects NCCL has not closed: what a process
+  // exit leaves to the kernel (Plugin::shutdown).
+  size_t openCount();
 
  private:
   std::mutex mutex_;

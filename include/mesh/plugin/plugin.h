@@ -5,10 +5,12 @@
 // comm's own (devices: context and PD; memory registrations), and of the comms NCCL left
 // open when it unloads the library.
 // Lifecycle: init() once per process (idempotent; NCCL >= 2.28 calls it per communicator);
-// shutdown() from the library destructor (dlclose, or exit), or explicitly in tests, tears
+// shutdown() from the library destructor at a dlclose, or explicitly in tests, tears
 // everything down in one order: reactor thread (joined), pending connects, comms NCCL never
-// closed, memory registrations, devices, libibverbs. Nothing outlives a dlclose(). In a
-// forked child (its pid is not the one that ran init) shutdown() touches nothing: the
+// closed, memory registrations, devices, libibverbs. Nothing outlives a dlclose(). At process
+// exit it only stops this library's threads: NCCL's own threads (its proxy) may still be in
+// isend/test on the comms NCCL never closed, so those, and what they use, stay to the end.
+// In a forked child (its pid is not the one that ran init) shutdown() touches nothing: the
 // verbs objects, their uverbs file and the reactor thread belong to the parent.
 // NCCL's structs are not known here: the ABI layer translates.
 #pragma once
@@ -44,8 +46,8 @@ class Plugin {
   // init with an ABI logs which NCCL loaded the library.
   ncclResult_t init(ncclDebugLogger_t logger, int abi = 0);
   // `fromExitHandler`: called by the relay's atexit handler (the verbs provider is still
-  // loaded then), so a pinned library shuts down in full; from the ELF destructor a pinned
-  // library only stops its threads (see shutdown()).
+  // loaded then: the relay's links end cleanly). At exit, from there or from the ELF
+  // destructor, only the threads stop (see shutdown()).
   void shutdown(bool fromExitHandler = false);
   bool initialized() const { return initialized_; }
   // True in a child forked after init (set by a pthread_atfork handler: a load, no syscall,
@@ -96,6 +98,7 @@ class Plugin {
   void initFork();
   void startRelay();
   void startStats();
+  void stopForExit(bool fromExitHandler);
   CommSettings commSettings() const;
 
   std::mutex initMutex_;   // serializes init/shutdown (NCCL may init from several threads)
@@ -119,6 +122,7 @@ class Plugin {
   std::unique_ptr<RouteService> routes_;  // HELLOs on the mesh ports; thread-safe queries
   NodeId nodeId_ = 0;
   pid_t initPid_ = 0;      // the process that ran init
+  bool stoppedForExit_ = false;  // under initMutex_: stopForExit() ran
 };
 
 }  // namespace mesh
