@@ -37,8 +37,20 @@ bool TopologyView::replan() {
   for (const auto& [origin, h] : held_) nodes.push_back({origin, h.record.addrs, h.record.neighbours});
   std::vector<PlanNode> canonical = canonicalNodes(nodes);
   if (!plan_.nodes.empty() && canonical == plan_.nodes) return false;
+  if (canonical.size() > kTopologyMaxRecords) {
+    // Sent as overflow, so never used: the picture alone (closure() reads it), no paths.
+    plan_ = RoutePlan();
+    plan_.maxHops = maxHops_;
+    plan_.nodes = std::move(canonical);
+    return true;
+  }
   plan_ = planRoutes(std::move(canonical), maxHops_);
   return true;
+}
+
+bool TopologyView::countsFit() const {
+  return held_.size() + 1 <= kTopologyMaxRecords && ownNeighbours_.size() <= kTopologyMaxNeighbours &&
+         ownAddrs_.size() <= kHelloMaxAddresses;
 }
 
 bool TopologyView::setOwn(std::vector<Ipv4Prefix> addrs, std::vector<NodeId> neighbours) {
@@ -52,12 +64,15 @@ bool TopologyView::setOwn(std::vector<Ipv4Prefix> addrs, std::vector<NodeId> nei
 bool TopologyView::onHello(NodeId sender, const HelloTopology& t, uint64_t nowMs) {
   bool changed = false;
   if (t.overflow) {
-    changed = overflowSeenMs_.count(sender) == 0;
-    overflowSeenMs_[sender] = nowMs;
+    bool known = overflowSeenMs_.count(sender) != 0;
+    changed = !known;
+    // Any one keeps the plan off; more only cost memory.
+    if (known || overflowSeenMs_.size() < kTopologyMaxHeld) overflowSeenMs_[sender] = nowMs;
   }
   for (const TopologyRecord& r : t.records) {
     if (r.origin == self_ || r.origin == 0) continue;
     auto it = held_.find(r.origin);
+    if (it == held_.end() && held_.size() >= kTopologyMaxHeld) continue;
     if (it != held_.end() && r.seq <= it->second.record.seq) continue;
     auto dead = tombstones_.find(r.origin);
     if (dead != tombstones_.end()) {
@@ -95,8 +110,8 @@ bool TopologyView::expire(uint64_t nowMs) {
 
 HelloTopology TopologyView::advertise(uint64_t ownSeq) const {
   HelloTopology t;
-  t.overflow = ownOverflow_;
-  if (ownOverflow_) return t;
+  t.overflow = ownOverflow_ || !countsFit();
+  if (t.overflow) return t;
   TopologyRecord mine = own();
   mine.seq = ownSeq;
   t.records.push_back(mine);
@@ -119,6 +134,13 @@ PlanAgreement TopologyView::agreement() const {
   if (ownOverflow_) {
     return differ(self_, "this node's view (" + std::to_string(plan_.nodes.size()) +
                              " nodes) does not fit one HELLO; the plan covers small clusters only");
+  }
+  if (!countsFit()) {
+    return differ(self_, "this node's view (" + std::to_string(held_.size() + 1) + " nodes, " +
+                             std::to_string(ownNeighbours_.size()) + " heard by this node) is more than one HELLO "
+                             "carries (" + std::to_string(kTopologyMaxRecords) + " nodes, " +
+                             std::to_string(kTopologyMaxNeighbours) + " heard by each); the plan covers small "
+                             "clusters only");
   }
   if (!overflowSeenMs_.empty()) {
     NodeId who = overflowSeenMs_.begin()->first;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "mesh/platform/ipv4.h"
+#include "mesh/relay/relay_proto.h"
 #include "mesh/relay/route_service.h"
 #include "warn_capture.h"
 
@@ -225,6 +226,50 @@ TEST(RouteService, GarbageIsCountedAndWarnedOncePerSender) {
     if (w.find("127.0.1.9") != std::string::npos) ++fromNine;
   }
   EXPECT_EQ(fromNine, 1u) << ::testing::PrintToString(warnings.lines());
+}
+
+// A view of more nodes than one HELLO carries (a cluster of 17 or more, or a sender naming
+// made-up origins) goes out as overflow and the HELLOs keep going. Before, the codec refused
+// the 17 records (their bytes fit one datagram) and B fell silent on every link: A lost B.
+TEST(RouteService, AViewOfMoreNodesThanAHelloCarriesIsSentAsOverflow) {
+  testing_support::WarnCapture warnings;
+  Pair pair;
+  pair.start();
+  ASSERT_TRUE(waitFor([&] { return pair.converged(); }));
+  RelayMessage m;
+  m.type = RelayType::Hello;
+  m.hello.node = 0x7777;
+  m.hello.addrs = {Ipv4Prefix{ip("127.0.1.9"), 24}};
+  for (int i = 0; i < 16; ++i) {
+    TopologyRecord r;
+    r.origin = 0x7000 + static_cast<NodeId>(i);
+    r.seq = 1;
+    r.addrs = {Ipv4Prefix{ip("127.0.9.1") + static_cast<uint32_t>(4 * i), 30}};
+    m.topology.records.push_back(r);
+  }
+  std::vector<uint8_t> bytes;
+  std::string why;
+  ASSERT_TRUE(encodeRelay(m, &bytes, &why)) << why;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in local = udpTo(ip("127.0.1.9"), 0);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0) << strerror(errno);
+  sockaddr_in to = udpTo(ip("127.0.1.2"), pair.portB.load());
+  ASSERT_EQ(sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+            static_cast<ssize_t>(bytes.size()));
+  close(fd);
+  ASSERT_TRUE(waitFor([&] { return pair.b->records().size() >= 18; })) << pair.b->records().size();
+  // B's view (itself, A and the 16) is more than one HELLO carries: A keeps hearing B, told so.
+  uint64_t before = pair.a->counters().hellosAccepted;
+  EXPECT_TRUE(waitFor([&] { return pair.a->counters().hellosAccepted >= before + 3; }))
+      << "A heard no more HELLOs from B";
+  EXPECT_TRUE(waitFor([&] { return pair.a->agreement().why.find("does not fit one HELLO") != std::string::npos; }))
+      << pair.a->agreement().why;
+  EXPECT_FALSE(pair.b->agreement().agree);
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();
+  for (const std::string& w : warnings.lines()) EXPECT_EQ(w.find("cannot encode"), std::string::npos) << w;
 }
 
 size_t openFds() {

@@ -258,6 +258,91 @@ TEST(TopologyView, AnOverflowingSenderTurnsThePlanOffUntilItStops) {
   EXPECT_FALSE(c.view(2).agreement().agree);
 }
 
+// Ring node k of n (ids 0xA000 + k): its cables k (end 0) and k - 1 (end 1), hearing k +- 1.
+NodeId ringId(int k, int n) { return 0xA000 + static_cast<NodeId>((k + n) % n); }
+TopologyRecord ringRecord(int k, int n, uint64_t seq) {
+  TopologyRecord r;
+  r.origin = ringId(k, n);
+  r.seq = seq;
+  r.addrs = {addr(k, 0), addr((k + n - 1) % n, 1)};
+  r.neighbours = {ringId(k - 1, n), ringId(k + 1, n)};
+  std::sort(r.neighbours.begin(), r.neighbours.end());
+  return r;
+}
+
+// A ring of 16 is planned and advertised whole; a 17th node makes the view more than one
+// HELLO carries: it goes out as overflow (the codec refuses 17 records, and a HELLO it
+// refused was never sent: the node fell silent on every link) and it is not planned (a plan
+// that cannot be used; a big view took seconds on the reactor thread).
+TEST(TopologyView, AViewOfMoreNodesThanOneHelloCarriesIsOverflowAndNotPlanned) {
+  for (int n : {16, 17}) {
+    SCOPED_TRACE(n);
+    TopologyView v(ringId(0, n), 15, kHoldMs);
+    TopologyRecord own = ringRecord(0, n, 0);
+    v.setOwn(own.addrs, own.neighbours);
+    HelloTopology others;
+    for (int k = 1; k < n; ++k) others.records.push_back(ringRecord(k, n, 1));
+    v.onHello(ringId(1, n), others, 1000);
+    EXPECT_EQ(v.plan().nodes.size(), static_cast<size_t>(n));
+    HelloTopology t = v.advertise(2);
+    if (n == 16) {
+      EXPECT_TRUE(v.countsFit());
+      EXPECT_FALSE(t.overflow);
+      EXPECT_EQ(t.records.size(), 16u);
+      EXPECT_FALSE(v.plan().paths.empty());  // a ring's far pairs are relayed
+      continue;
+    }
+    EXPECT_FALSE(v.countsFit());
+    EXPECT_TRUE(t.overflow);
+    EXPECT_TRUE(t.records.empty());
+    EXPECT_TRUE(v.plan().paths.empty());
+    PlanAgreement a = v.agreement();
+    EXPECT_FALSE(a.agree);
+    EXPECT_EQ(a.node, v.self());
+    EXPECT_NE(a.why.find("17 nodes, 2 heard by this node) is more than one HELLO carries (16 nodes"),
+              std::string::npos) << a.why;
+  }
+}
+
+// A node that hears more nodes than one record may list (16 on one switch) sends its view as
+// overflow rather than a record the codec refuses.
+TEST(TopologyView, HearingMoreNodesThanARecordListsIsOverflow) {
+  TopologyView v(0xB000, 2, kHoldMs);
+  std::vector<NodeId> heard;
+  for (NodeId i = 1; i <= kTopologyMaxNeighbours + 1; ++i) heard.push_back(0xB000 + i);
+  v.setOwn({addr(0, 0)}, heard);
+  EXPECT_FALSE(v.countsFit());
+  EXPECT_TRUE(v.advertise(1).overflow);
+  EXPECT_FALSE(v.agreement().agree);
+  heard.pop_back();
+  v.setOwn({addr(0, 0)}, heard);
+  EXPECT_TRUE(v.countsFit());
+  EXPECT_FALSE(v.advertise(2).overflow);
+}
+
+// However many origins the HELLOs name (a sender inventing them), at most kTopologyMaxHeld
+// records are kept, and as many overflow marks.
+TEST(TopologyView, RecordsAndOverflowMarksHeldAreBounded) {
+  TopologyView v(0xC000, 2, kHoldMs);
+  v.setOwn({addr(0, 0)}, {});
+  for (int batch = 0; batch < 20; ++batch) {
+    HelloTopology t;
+    for (int i = 0; i < 16; ++i) {
+      TopologyRecord r;
+      r.origin = 0xD0000 + static_cast<NodeId>(batch * 16 + i);
+      r.seq = 1;
+      r.addrs = {addr(batch, i)};
+      t.records.push_back(r);
+    }
+    v.onHello(0xE0000 + static_cast<NodeId>(batch), t, 1000);
+  }
+  EXPECT_EQ(v.records().size(), kTopologyMaxHeld + 1);  // the held ones and this node's own
+  for (NodeId sender = 1; sender <= 2 * kTopologyMaxHeld; ++sender) v.onHello(sender, HelloTopology{true, {}}, 1000);
+  EXPECT_FALSE(v.agreement().agree);
+  EXPECT_TRUE(v.expire(1000 + kHoldMs + 1));  // every mark and record goes, none is left behind
+  EXPECT_EQ(v.records().size(), 1u);
+}
+
 TEST(TopologyView, AdvertisesItsOwnRecordFirstWithTheCurrentDigests) {
   Cluster c(4, ring(4));
   c.converge();

@@ -19,7 +19,11 @@
 //  - A record naming this node as origin is ignored (this node is the authority on itself;
 //    another process of the same node may be announcing a moment-old view).
 //  - A sender whose view does not fit one HELLO says so (overflow) and sends no records;
-//    while any node says so, the plan is not used anywhere (the fallback rule is).
+//    while any node says so, the plan is not used anywhere (the fallback rule is). A view
+//    fits when its bytes fit one datagram (the sender measures) and it has at most
+//    kTopologyMaxRecords nodes and this node hears at most kTopologyMaxNeighbours (the
+//    codec's limits; countsFit()). A view of more nodes is not planned either: the plan
+//    could not be used, and planning dozens of nodes takes seconds.
 //
 // Views agree when (agreement()): no node overflows, every record's digests equal this
 // node's, and every adjacency is heard from both ends. A half-heard cable (a HELLO lost one
@@ -46,6 +50,10 @@ namespace mesh {
 
 constexpr size_t kTopologyMaxRecords = 16;     // records one HELLO may carry
 constexpr size_t kTopologyMaxNeighbours = 15;  // neighbours one record may list
+// Other nodes' records held at most: a view of more than kTopologyMaxRecords nodes is sent as
+// overflow and not planned, so more only costs memory (a sender inventing origins, or a big
+// cluster whose views flood in pieces). Records of origins beyond it are not kept.
+constexpr size_t kTopologyMaxHeld = 4 * kTopologyMaxRecords;
 
 // One node's adjacency, as flooded.
 struct TopologyRecord {
@@ -85,6 +93,9 @@ class TopologyView {
   // This node's view does not fit one HELLO (the sender found out encoding it).
   void setOwnOverflow(bool overflow) { ownOverflow_ = overflow; }
   bool ownOverflow() const { return ownOverflow_; }
+  // The view's counts are within what one HELLO carries (above); advertise() sends it as
+  // overflow otherwise, whatever setOwnOverflow said.
+  bool countsFit() const;
   // The topology section of a HELLO from `sender` at nowMs. Returns whether the content
   // of what this node holds changed (a record's addresses, neighbours or digests, a node
   // new or an overflow), i.e. whether its neighbours should hear at once.
