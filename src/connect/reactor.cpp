@@ -11,6 +11,7 @@
 #include "mesh/platform/check.h"
 #include "mesh/platform/log.h"
 #include "mesh/platform/static_state.h"
+#include "mesh/platform/thread_guard.h"
 
 namespace mesh {
 
@@ -76,7 +77,9 @@ void Reactor::stop() {
     std::lock_guard<std::mutex> lock(tasksMutex_);
     rest.swap(tasks_);
   }
-  for (Task& t : rest) t();  // post() refuses now, so tasks_ stays empty and unallocated
+  // post() refuses now, so tasks_ stays empty and unallocated. On the stopping thread (NCCL's,
+  // or the library destructor's): nothing may escape from here either.
+  for (Task& t : rest) runGuarded("mesh-handshake (stopping)", "a task", t);
   // The plugin's reactor lives in static storage that disappears with the library.
   releaseStatic(handlers_);
   releaseStatic(timers_);
@@ -133,7 +136,7 @@ void Reactor::drainTasks() {
     std::lock_guard<std::mutex> lock(tasksMutex_);
     tasks.swap(tasks_);
   }
-  for (Task& t : tasks) t();
+  for (Task& t : tasks) runGuarded("mesh-handshake", "a task", t);
 }
 
 void Reactor::fireTimers() {
@@ -145,7 +148,9 @@ void Reactor::fireTimers() {
       continue;
     }
     t.due = now + t.period;
-    if (t.fn(now)) {
+    bool again = true;  // a timer that threw fires again next period
+    runGuarded("mesh-handshake", "a timer", [&] { again = t.fn(now); });
+    if (again) {
       ++i;
     } else {
       timers_.erase(timers_.begin() + static_cast<long>(i));
@@ -179,7 +184,8 @@ void Reactor::run() {
       auto it = handlers_.find(fd);
       if (it != handlers_.end()) {
         Handler h = it->second;  // the handler may unwatch itself
-        h(events[i].events);
+        uint32_t ev = events[i].events;
+        runGuarded("mesh-handshake", "a socket's handler", [&] { h(ev); });
       }
     }
     drainTasks();

@@ -2,6 +2,7 @@
 #include "mesh/platform/log.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "mesh/platform/check.h"
 #include "mesh/platform/text.h"
+#include "mesh/platform/thread_guard.h"
 
 namespace mesh {
 namespace {
@@ -60,6 +62,20 @@ void logMessage(ncclDebugLogLevel level, unsigned long flags, const char* file, 
   if (static_cast<int>(level) > limit || level == NCCL_LOG_NONE) return;
   // One fprintf per message keeps lines from different threads whole.
   fprintf(stderr, "nccl-mesh %s %s\n", levelTag(level), buf);
+}
+
+void noteThreadException(const char* thread, const char* what, const char* why) noexcept {
+  // Per thread: the reactor's and the relay's counts do not hide each other's first line.
+  thread_local std::chrono::steady_clock::time_point last{};
+  thread_local unsigned long unlogged = 0;
+  auto now = std::chrono::steady_clock::now();
+  if (last != std::chrono::steady_clock::time_point{} && now - last < std::chrono::seconds(1)) {
+    ++unlogged;
+    return;
+  }
+  last = now;
+  MESH_WARN("%s: %s failed: %s; it goes on (%lu more since the last such line)", thread, what, why, unlogged);
+  unlogged = 0;
 }
 
 const char* resultName(ncclResult_t r) {

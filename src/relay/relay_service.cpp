@@ -19,6 +19,7 @@
 #include "mesh/platform/check.h"
 #include "mesh/platform/ipv4.h"
 #include "mesh/platform/log.h"
+#include "mesh/platform/thread_guard.h"
 #include "mesh/relay/relay_proto.h"
 #include "mesh/routing/subnet_routing.h"
 
@@ -427,7 +428,10 @@ bool RelayService::stepSessions(bool readingOnly) {
       continue;
     }
     s.readable = false;
-    if (!s.silent && stepSession(s)) {
+    // A request whose step throws (std::bad_alloc) is ended like a failed one (logged).
+    bool keep = false;
+    if (!s.silent) runGuarded("mesh-relay", "a relay request", [&] { keep = stepSession(s); });
+    if (keep) {
       ++i;
       continue;
     }
@@ -446,13 +450,15 @@ bool RelayService::stepLinks() {
   bool active = false;
   for (size_t i = 0; i < links_.size();) {
     bool moved = false;
-    ncclResult_t r = links_[i]->step(&moved);
+    ncclResult_t r = ncclInternalError;
+    // A connection whose step throws is ended like a failed one (logged).
+    bool stepped = runGuarded("mesh-relay", "a relayed connection", [&] { r = links_[i]->step(&moved); });
     active = active || moved;
     if (r == ncclSuccess) {
       ++i;
       continue;
     }
-    std::string why = links_[i]->failureText();
+    std::string why = stepped ? links_[i]->failureText() : "an exception in the relay thread (the WARN before)";
     endLink(std::move(links_[i]), why);
     links_.erase(links_.begin() + static_cast<long>(i));
   }
@@ -468,49 +474,52 @@ void RelayService::run() {
   auto lastAccept = Clock::time_point();
   std::vector<pollfd> pfds;
   while (!stop_.load(std::memory_order_relaxed)) {
-    auto now = Clock::now();
-    if (lfds.empty() && now - lastBind > std::chrono::seconds(2)) {
-      bindListeners(&lfds);
-      lastBind = now;
-    }
-    // A session building a connection is polled every round; one still waiting for its OPEN
-    // (which may never come: a port scan, a half-open socket) is read when poll() says so.
-    bool building = std::any_of(sessions_.begin(), sessions_.end(),
-                                [](const auto& s) { return s->state != Session::State::Reading; });
-    bool spin = building || now - lastWork < std::chrono::milliseconds(50);
-    // Idle: sleep in poll (1 ms) so an idle relay costs nothing. Busy: never sleep, and look
-    // at the listeners once per kAcceptEvery, not on every round: the rounds are what moves
-    // relayed data, and a syscall per round took a tenth of the relay thread's time.
-    if (!spin || now - lastAccept >= kAcceptEvery) {
-      lastAccept = now;
-      pfds.clear();
-      for (int fd : lfds) pfds.push_back(pollfd{fd, POLLIN, 0});
-      std::vector<Session*> reading;
-      for (const auto& s : sessions_) {
-        if (s->state != Session::State::Reading || s->silent) continue;
-        pfds.push_back(pollfd{s->fd, POLLIN, 0});
-        reading.push_back(s.get());
+    // One round; one that throws (std::bad_alloc) is logged and the next round goes on.
+    runGuarded("mesh-relay", "a round", [&] {
+      auto now = Clock::now();
+      if (lfds.empty() && now - lastBind > std::chrono::seconds(2)) {
+        bindListeners(&lfds);
+        lastBind = now;
       }
-      int ready = poll(pfds.data(), pfds.size(), spin ? 0 : 1);
-      if (ready > 0) {
-        for (size_t i = 0; i < reading.size(); ++i) {
-          if (pfds[lfds.size() + i].revents != 0) reading[i]->readable = true;
+      // A session building a connection is polled every round; one still waiting for its OPEN
+      // (which may never come: a port scan, a half-open socket) is read when poll() says so.
+      bool building = std::any_of(sessions_.begin(), sessions_.end(),
+                                  [](const auto& s) { return s->state != Session::State::Reading; });
+      bool spin = building || now - lastWork < std::chrono::milliseconds(50);
+      // Idle: sleep in poll (1 ms) so an idle relay costs nothing. Busy: never sleep, and look
+      // at the listeners once per kAcceptEvery, not on every round: the rounds are what moves
+      // relayed data, and a syscall per round took a tenth of the relay thread's time.
+      if (!spin || now - lastAccept >= kAcceptEvery) {
+        lastAccept = now;
+        pfds.clear();
+        for (int fd : lfds) pfds.push_back(pollfd{fd, POLLIN, 0});
+        std::vector<Session*> reading;
+        for (const auto& s : sessions_) {
+          if (s->state != Session::State::Reading || s->silent) continue;
+          pfds.push_back(pollfd{s->fd, POLLIN, 0});
+          reading.push_back(s.get());
         }
-        for (size_t i = 0; i < lfds.size(); ++i) {
-          if (pfds[i].revents & POLLIN) acceptSessions(pfds[i].fd);
+        int ready = poll(pfds.data(), pfds.size(), spin ? 0 : 1);
+        if (ready > 0) {
+          for (size_t i = 0; i < reading.size(); ++i) {
+            if (pfds[lfds.size() + i].revents != 0) reading[i]->readable = true;
+          }
+          for (size_t i = 0; i < lfds.size(); ++i) {
+            if (pfds[i].revents & POLLIN) acceptSessions(pfds[i].fd);
+          }
         }
       }
-    }
-    bool active = stepSessions(/*readingOnly=*/false);
-    active = stepLinks() || active;
-    if (active) {
-      lastWork = now;  // this round's start: close enough for a 50 ms idle threshold
-    } else if (spin) {
-      // A round with nothing to do gives the core away once, as NCCL's proxy does: on a
-      // host with fewer cores than busy threads (or a 1-vCPU guest whose NIC is a kernel
-      // thread) a relay that never yields delays the very completions it waits for.
-      sched_yield();
-    }
+      bool active = stepSessions(/*readingOnly=*/false);
+      active = stepLinks() || active;
+      if (active) {
+        lastWork = now;  // this round's start: close enough for a 50 ms idle threshold
+      } else if (spin) {
+        // A round with nothing to do gives the core away once, as NCCL's proxy does: on a
+        // host with fewer cores than busy threads (or a 1-vCPU guest whose NIC is a kernel
+        // thread) a relay that never yields delays the very completions it waits for.
+        sched_yield();
+      }
+    });
   }
   if (abandon_.load()) {
     // Exit: no verbs call (see abandon()); sockets and memory go with the process.
@@ -533,7 +542,9 @@ void RelayService::run() {
   // connections still in use are reported as cut.
   auto drainEnd = Clock::now() + kExitDrain;
   while (!links_.empty() && Clock::now() < drainEnd) {
-    if (!stepLinks()) usleep(200);
+    bool active = false;
+    runGuarded("mesh-relay", "the exit drain", [&] { active = stepLinks(); });
+    if (!active) usleep(200);
   }
   for (auto& l : links_) endLink(std::move(l), "the relay service is stopping (process exit)");
   links_.clear();

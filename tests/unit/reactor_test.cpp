@@ -10,10 +10,12 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "mesh/connect/reactor.h"
+#include "warn_capture.h"
 
 namespace mesh {
 namespace {
@@ -87,6 +89,53 @@ TEST(Reactor, TimerRepeatsUntilItReturnsFalse) {
   ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
   r.stop();
   EXPECT_EQ(fired.load(), 3);
+}
+
+// What a task, a socket's handler or a timer throws (std::bad_alloc, say) is logged and the
+// reactor goes on: out of its thread, an exception calls std::terminate and aborts NCCL's
+// process. A timer that threw fires again; so does a handler whose fd is still readable.
+TEST(Reactor, AnExceptionInATaskHandlerOrTimerIsLoggedAndTheThreadGoesOn) {
+  testing_support::WarnCapture warnings;
+  Reactor r;
+  ASSERT_EQ(r.start(), ncclSuccess);
+  ASSERT_TRUE(r.post([] { throw std::runtime_error("task boom"); }));
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  std::atomic<int> handlerCalls{0};
+  std::atomic<int> timerCalls{0};
+  std::promise<void> bothAgain;
+  std::atomic<bool> told{false};
+  auto maybeDone = [&] {
+    if (handlerCalls.load() >= 2 && timerCalls.load() >= 2 && !told.exchange(true)) bothAgain.set_value();
+  };
+  ASSERT_TRUE(r.post([&] {
+    ASSERT_EQ(r.watch(fds[0], EPOLLIN, [&](uint32_t) {
+      if (++handlerCalls == 1) throw std::bad_alloc();
+      char c;
+      while (read(fds[0], &c, 1) > 0) {
+      }
+      maybeDone();
+    }), ncclSuccess);
+    r.addTimer(std::chrono::milliseconds(1), [&](Reactor::Clock::time_point) -> bool {
+      if (++timerCalls == 1) throw 42;
+      maybeDone();
+      return timerCalls.load() < 2;
+    });
+  }));
+  ASSERT_EQ(write(fds[1], "x", 1), 1);
+  ASSERT_EQ(bothAgain.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "handler calls " << handlerCalls.load() << ", timer calls " << timerCalls.load();
+  std::promise<void> after;
+  ASSERT_TRUE(r.post([&] { after.set_value(); }));
+  EXPECT_EQ(after.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  r.post([&] { r.unwatch(fds[0]); });
+  r.stop();
+  close(fds[0]);
+  close(fds[1]);
+  std::string all;
+  for (const std::string& w : warnings.lines()) all += w + "\n";
+  // At most one line a second: the first of the three is certain, with its reason.
+  EXPECT_NE(all.find("mesh-handshake: a task failed: task boom; it goes on"), std::string::npos) << all;
 }
 
 TEST(Reactor, StopIsIdempotentAndRestartable) {

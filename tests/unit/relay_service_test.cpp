@@ -19,6 +19,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,15 +136,15 @@ int silentListener(int* port) {
 
 // A RELAY-OPEN for the listener at 127.0.0.1:port (cabled to the relay: its one port is on
 // 127.0.0.0/24), written whole to fd.
-void sendOpen(int fd, int port, uint64_t request) {
+void sendOpen(int fd, int port, uint64_t request, uint32_t target = kLoopback, int hopBudget = 1) {
   RelayMessage open;
   open.type = RelayType::Open;
   open.open.origin = 7;
   open.open.request = request;
-  open.open.hopBudget = 1;
+  open.open.hopBudget = hopBudget;
   open.open.target.port = static_cast<uint16_t>(port);
   open.open.target.token = 1;
-  open.open.target.addrs.push_back(HandleAddress{kLoopback, 24, 0});
+  open.open.target.addrs.push_back(HandleAddress{target, 24, 0});
   std::vector<uint8_t> bytes;
   std::string error;
   ASSERT_TRUE(encodeRelay(open, &bytes, &error)) << error;
@@ -167,7 +168,7 @@ class RelayServiceTest : public ::testing::Test {
     setFallbackLevel(NCCL_LOG_WARN);
   }
   // A relay serving 127.0.0.1 that keeps at most `maxPending` silent connections.
-  void startRelay(size_t maxPending) {
+  void startRelay(size_t maxPending, RelayLookup lookup = RelayLookup()) {
     CommSettings comm;
     comm.ops = fake_.ops();
     HandshakeSettings hs;
@@ -178,7 +179,7 @@ class RelayServiceTest : public ::testing::Test {
     for (int attempt = 0; attempt < 20; ++attempt) {
       rs.port = freePort();
       ASSERT_GT(rs.port, 0);
-      svc_ = std::make_unique<RelayService>(&disc_, &reactor_, comm, hs, rs, /*self=*/1, RelayLookup());
+      svc_ = std::make_unique<RelayService>(&disc_, &reactor_, comm, hs, rs, /*self=*/1, lookup);
       ASSERT_EQ(svc_->start(), ncclSuccess);
       if (svc_->serving()) break;  // another process took the port in between: try another
       svc_.reset();
@@ -298,6 +299,32 @@ TEST_F(RelayServiceTest, ARequesterThatHangsUpWhileTheRelayConnectsIsDroppedAtOn
   auto deadline = Clock::now() + std::chrono::seconds(10);
   while (svc_->ringBytesInUse() != 0 && Clock::now() < deadline) std::this_thread::yield();
   EXPECT_EQ(svc_->ringBytesInUse(), 0u) << "the dropped request still holds its staging memory";
+}
+
+// What a request's step throws (std::bad_alloc, say) ends that request, logged, and the relay
+// thread goes on serving: out of the thread, the exception called std::terminate and aborted
+// NCCL's process. Here the route lookup for an onward hop throws (the target, 127.0.5.1, is
+// on none of the relay's subnets, and the hop budget lets it forward).
+TEST_F(RelayServiceTest, ARequestWhoseStepThrowsIsEndedAndTheRelayGoesOn) {
+  startRelay(/*maxPending=*/16, [](const std::vector<HandleAddress>&, NodeId, const std::vector<NodeId>&,
+                                   bool) -> std::vector<NextHop> { throw std::runtime_error("lookup boom"); });
+  WarnCapture warnings;
+  int fd = client();
+  sendOpen(fd, /*port=*/9, 44, kLoopback + (5u << 8), /*hopBudget=*/2);
+  EXPECT_TRUE(endOfStream(fd, 10000)) << "the request whose step threw was kept";
+  // Still serving: the next request reaches its target.
+  int cPort = 0;
+  int c = silentListener(&cPort);
+  ASSERT_GE(c, 0) << strerror(errno);
+  clients_.push_back(c);
+  sendOpen(client(), cPort, 45);
+  pollfd p{c, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 10000), 1) << "the relay stopped serving after the exception";
+  bool logged = false;
+  for (const std::string& w : warnings.lines()) {
+    logged = logged || w.find("mesh-relay: a relay request failed: lookup boom; it goes on") != std::string::npos;
+  }
+  EXPECT_TRUE(logged) << ::testing::PrintToString(warnings.lines());
 }
 
 // A RelayConnector's candidate relays at 127.0.0.1, .2, .3, each a listener on one port that
