@@ -25,8 +25,10 @@
 // model: aarch64 (DGX Spark's GB10, Grace) may.
 //  - SendCtrl::fifo: written by the RECEIVER's NIC, read by the sender's CPU. A slot is
 //    accepted only when seqHead and seqTail (first and last 8 bytes) both equal seq+1
-//    (fifoSlotArrived: acquire loads of both before any other field is read); a
-//    half-written slot never validates.
+//    (fifoSlotArrived: acquire loads of both before any other field is read). The slot
+//    is one 64-byte-aligned line written by one WRITE through a strictly ordered MR (the
+//    control region has no relaxed ordering), which NICs place whole and in order; NCCL's
+//    IB transport relies on the same with one index word. Both words are a second guard.
 //  - RecvCtrl::sizes: written by the SENDER's NIC before the final immediate on QP 0; read
 //    by the receiver's CPU only after that completion was polled: progress() issues an
 //    acquire fence after every poll that returned completions, so no load of sizes (nor
@@ -117,9 +119,12 @@ static_assert(offsetof(FifoSlot, seqTail) == 56, "seqTail must be the slot's las
 // reads the other fields only after this returned true, so those loads cannot be satisfied
 // before both sequence words matched. Without the acquires an aarch64 core may read
 // tag/size/addr from before the NIC's write while seqTail already shows the new sequence,
-// and post data to a stale buffer; x86 hides that. Both ends are checked because RDMA does
-// not promise the order in which the bytes of one WRITE land. tests/unit/fifo_litmus_test.cpp
-// runs this protocol between two threads (TSan flags a missing acquire as a race).
+// and post data to a stale buffer; x86 hides that. Both ends are checked as a second guard:
+// what keeps a slot from being read half-written is that it is one aligned line written by
+// one WRITE through the strictly ordered control MR (as NCCL's single idx word relies on),
+// not the two words (bytes placed in any order could match both before the middle landed).
+// tests/unit/fifo_litmus_test.cpp runs this protocol between two threads (TSan flags a
+// missing acquire as a race).
 inline bool fifoSlotArrived(const FifoSlot& s, uint64_t expect) {
   return __atomic_load_n(&s.seqTail, __ATOMIC_ACQUIRE) == expect &&
          __atomic_load_n(&s.seqHead, __ATOMIC_ACQUIRE) == expect;
