@@ -67,11 +67,10 @@ ncclResult_t Plugin::init(ncclDebugLogger_t logger, int abi) {
   // and exit handlers when it is dlclosed (__cxa_finalize), so a reloaded copy registers its
   // own. A child forked while this init runs holds initMutex_ locked by a thread it does not
   // have: marked at once, it never waits for it (shutdown(), every entry point).
-  static bool handlersRegistered = false;
-  if (!handlersRegistered) {
-    handlersRegistered = pthread_atfork(nullptr, nullptr, markForkedChild) == 0 &&
-                         __cxa_atexit(markProcessExiting, nullptr, &__dso_handle) == 0;
-  }
+  static bool forkHandler = false;
+  static bool exitHandler = false;
+  if (!forkHandler) forkHandler = pthread_atfork(nullptr, nullptr, markForkedChild) == 0;
+  if (!exitHandler) exitHandler = __cxa_atexit(markProcessExiting, nullptr, &__dso_handle) == 0;
   MESH_INFO(NCCL_INIT | NCCL_NET, "%s", versionText().c_str());
   if (abi > 0) logLoader(logger, abi);
 
