@@ -299,15 +299,23 @@ void* proxySpin(void* arg) {
   }
 }
 
-[[noreturn]] void exitsVictim(Context& ctx) {
+// Rank 1 of peer-killed and exits: its send comm to rank 0 (registered `buf`, 8 bytes, in
+// *mh), proven with one 8-byte message; returns once rank 0 posted the receive it dies under.
+void* provenSendThenWaitForRank0(Context& ctx, const std::string& mode, HostBuffer& buf, void** mh) {
   CommTable t = establish(ctx, {{0}, {}, 1, "dead"}, ctx.deadline);
   void* sendComm = t[0].send[0];
-  HostBuffer buf(8);
   fillPattern(buf.data(), 8, 1);
-  void* mh = regHost(ctx, sendComm, buf, "exits send buffer");
-  std::vector<Op> first = {sendOp(sendComm, buf.data(), 8, 1, mh, "exits: first isend rank1->rank0")};
+  *mh = regHost(ctx, sendComm, buf, mode + " send buffer");
+  std::vector<Op> first = {sendOp(sendComm, buf.data(), 8, 1, *mh, mode + ": first isend rank1->rank0")};
   Engine(ctx, ctx.seed).run(first, ctx.deadline);
   ctx.rv->fetch("posted.0", ctx.deadline, "rank 0 posting the receive");
+  return sendComm;
+}
+
+[[noreturn]] void exitsVictim(Context& ctx) {
+  HostBuffer buf(8);
+  void* mh = nullptr;
+  void* sendComm = provenSendThenWaitForRank0(ctx, "exits", buf, &mh);
   // Never freed: the thread runs until the process ends.
   auto* spin = new ProxySpin;
   spin->ctx = &ctx;
@@ -331,14 +339,9 @@ void* proxySpin(void* arg) {
 }
 
 [[noreturn]] void peerKilledVictim(Context& ctx) {
-  CommTable t = establish(ctx, {{0}, {}, 1, "dead"}, ctx.deadline);
-  void* sendComm = t[0].send[0];
   HostBuffer buf(8);
-  fillPattern(buf.data(), 8, 1);
-  void* mh = regHost(ctx, sendComm, buf, "peer-killed send buffer");
-  std::vector<Op> first = {sendOp(sendComm, buf.data(), 8, 1, mh, "peer-killed: first isend rank1->rank0")};
-  Engine(ctx, ctx.seed).run(first, ctx.deadline);
-  ctx.rv->fetch("posted.0", ctx.deadline, "rank 0 posting the receive");
+  void* mh = nullptr;
+  provenSendThenWaitForRank0(ctx, "peer-killed", buf, &mh);
   say("peer-killed: rank 0 has posted its receive; SIGKILLing myself now");
   dieAsPlanned(true);
 }
