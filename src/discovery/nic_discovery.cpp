@@ -8,8 +8,10 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -174,11 +176,19 @@ std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& 
 
 std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const std::string& dev,
                                     int port, int tableLen) {
+  // A provider's table length bounds the sysfs walk (a file per index): no real one comes
+  // near this (mlx5 RoCE 255, rxe 1024, IB 128).
+  tableLen = std::min(tableLen, kGidTableMaxLen);
   if (api.queryGidTable == nullptr || tableLen <= 0) {
     return readSysfsGids("/sys", dev, port, tableLen);
   }
-  // The table call returns entries of every port; size the buffer for all of them.
-  std::vector<ibv_gid_entry> entries(static_cast<size_t>(tableLen) * 8);
+  // The table call returns the populated entries of every port: room for eight ports' worth,
+  // but never more than rdma-core can pass, whose ioctl carries the buffer's length in 16
+  // bits and refuses a longer one with EINVAL before the kernel is asked (an rxe port's 1024
+  // x 8 entries did, every time, and only sysfs answered). More populated entries than that
+  // fail the call, and sysfs answers.
+  size_t room = std::min(static_cast<size_t>(tableLen) * 8, static_cast<size_t>(UINT16_MAX) / sizeof(ibv_gid_entry));
+  std::vector<ibv_gid_entry> entries(room);
   ssize_t n = api.queryGidTable(ctx, entries.data(), entries.size(), 0, sizeof(ibv_gid_entry));
   if (n < 0) return readSysfsGids("/sys", dev, port, tableLen);
   std::vector<GidEntry> out;
@@ -223,7 +233,7 @@ GidNow gidNow(const VerbsApi& api, ibv_context* ctx, const std::string& device, 
   if (gids.empty()) return now;  // nothing readable (no sysfs here): cannot tell
   for (const GidEntry& g : gids) {
     uint32_t a = 0;
-    if (!g.rocev2 || !gidToIpv4(g.gid, &a) || a != addr) continue;
+    if (!g.rocev2 || g.index > kGidIndexMax || !gidToIpv4(g.gid, &a) || a != addr) continue;
     now.state = g.index == knownIndex ? GidNow::State::Same : GidNow::State::Moved;
     now.index = g.index;
     memcpy(now.gid, g.gid, 16);
@@ -267,6 +277,13 @@ std::string collectAddresses(const std::vector<GidEntry>& gids, const ifaddrs* i
     if (!g.rocev2) continue;
     ++rocev2;
     if (!gidToIpv4(g.gid, &addr)) continue;
+    if (g.index > kGidIndexMax) {
+      // A QP's source GID index is 8 bits in verbs (ibv_global_route.sgid_index) and on the
+      // wire: a larger one would silently name another GID.
+      MESH_INFO(NCCL_INIT, "%s:%d GID %d (%s) is beyond index %d, the largest a QP can use; skipped",
+                port->device.c_str(), port->port, g.index, formatIpv4(addr).c_str(), kGidIndexMax);
+      continue;
+    }
     if (port->netdev.empty()) port->netdev = g.netdev;
     int prefix = prefixOnNetdev(ifs, g.netdev, addr);
     if (prefix < 0) {

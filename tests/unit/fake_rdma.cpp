@@ -235,6 +235,9 @@ int queryGidEx(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* e
 
 ssize_t queryGidTable(ibv_context* ctx, ibv_gid_entry* entries, size_t max, uint32_t flags, size_t size) {
   if (flags != 0 || size < sizeof(ibv_gid_entry)) return -EINVAL;
+  // As rdma-core: the buffer's length travels in a 16-bit ioctl attribute, and a longer one
+  // fails with EINVAL before the kernel is asked (libibverbs/cmd_ioctl.h fill_attr_out).
+  if (max > UINT16_MAX / size) return -EINVAL;
   FakeRdma::Device* d = F().deviceByContext(ctx);
   if (d == nullptr) return -EINVAL;
   if (max < d->gids.size()) return -EINVAL;
@@ -248,7 +251,7 @@ int queryPort(ibv_context*, uint8_t port, ibv_port_attr* attr) {
   memset(attr, 0, sizeof(*attr));
   attr->state = IBV_PORT_ACTIVE;
   attr->active_mtu = IBV_MTU_4096;
-  attr->gid_tbl_len = FakeRdma::kGidTableLen;
+  attr->gid_tbl_len = F().gidTableLen;
   return 0;
 }
 

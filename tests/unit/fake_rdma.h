@@ -154,6 +154,7 @@ class FakeRdma {
   };
   Device* deviceByContext(ibv_context* ctx);
   static constexpr int kGidTableLen = 16;
+  int gidTableLen = kGidTableLen;  // what query_port reports (rxe: 1024, mlx5 RoCE: 255)
 
   Qp* qpOf(const ibv_qp* qp);
   Qp* qpByNumber(uint32_t qpn);

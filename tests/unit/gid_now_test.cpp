@@ -60,6 +60,28 @@ TEST(GidNow, SameMovedGoneOrUnknown) {
   EXPECT_EQ(now.state, GidNow::State::Gone);
 }
 
+// An rxe port's table is 1024 long. rdma-core passes the table call's buffer length in 16
+// bits and refuses a longer one before the kernel is asked (the fake does as it does): sized
+// for 1024 x 8 entries, the call failed every time and only sysfs could answer (nothing
+// answers here). And an index beyond 255 is one a QP cannot name (8 bits): not the address's.
+TEST(GidNow, AnRxeSizedTableIsReadThroughTheTableCallAndIndexesPast255AreNotUsed) {
+  FakeRdma fake;
+  fake.gidTableLen = 1024;
+  ibv_context* ctx = fake.openDevice("d0");
+  uint8_t known[16], v6[16];
+  mappedGid(kAddr, known);
+  linkLocal(v6);
+  fake.setGid("d0", 3, v6, true);
+  fake.setGid("d0", 5, known, true);
+  GidNow now = gidNow(*fake.api(), ctx, "d0", 1, kAddr, 3, known);
+  EXPECT_EQ(now.state, GidNow::State::Moved);
+  EXPECT_EQ(now.index, 5);
+  fake.clearGid("d0", 5);
+  fake.setGid("d0", 300, known, true);
+  now = gidNow(*fake.api(), ctx, "d0", 1, kAddr, 3, known);
+  EXPECT_EQ(now.state, GidNow::State::Gone) << "index " << now.index;
+}
+
 class GidRefresh : public ::testing::Test {
  protected:
   ~GidRefresh() override { disc_.devices.clear(); }

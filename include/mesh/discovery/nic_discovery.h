@@ -108,8 +108,14 @@ struct GidEntry {
 // `problems`, each unreadable or malformed GID file is named there ("cannot read PATH: why").
 std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& device, int port,
                                     int tableLen, std::vector<std::string>* problems = nullptr);
-// GID table of one port of an open device: _ibv_query_gid_table when rdma-core has it, the
-// sysfs fallback otherwise. Netdev names are resolved in the caller's network namespace.
+// GID table of one port of an open device: _ibv_query_gid_table when rdma-core has it (and
+// it answers: at most 2047 populated entries, rdma-core's limit), the sysfs fallback
+// otherwise. Netdev names are resolved in the caller's network namespace. `tableLen` is
+// taken up to kGidTableMaxLen.
+constexpr int kGidTableMaxLen = 4096;
+// The largest GID index a QP can name (ibv_global_route.sgid_index is 8 bits, and so is the
+// handshake's): discovery skips an address whose RoCEv2 GID sits beyond it.
+constexpr int kGidIndexMax = 255;
 std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const std::string& device,
                                     int port, int tableLen);
 // Parses the text form of a GID ("fe80:0000:...:0001", as in sysfs). False on bad input.

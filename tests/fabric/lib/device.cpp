@@ -538,6 +538,8 @@ int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_e
 ssize_t _ibv_query_gid_table(ibv_context* ctx, ibv_gid_entry* entries, size_t max, uint32_t flags,
                              size_t entrySize) {
   if (flags != 0 || entrySize < sizeof(ibv_gid_entry)) return -EINVAL;
+  // rdma-core marshals the buffer's length in 16 bits: longer fails with EINVAL, unasked.
+  if (max > UINT16_MAX / entrySize) return -EINVAL;
   Fabric* f = Fabric::get();
   std::lock_guard<std::mutex> lk(f->mu);
   const Device* d = contextOf(ctx)->dev;
