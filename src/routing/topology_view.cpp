@@ -64,10 +64,13 @@ bool TopologyView::setOwn(std::vector<Ipv4Prefix> addrs, std::vector<NodeId> nei
 bool TopologyView::onHello(NodeId sender, const HelloTopology& t, uint64_t nowMs) {
   bool changed = false;
   if (t.overflow) {
+    // Any one keeps the plan off; more only cost memory. A mark not kept changes nothing (so
+    // a flood of new senders does not make this node send its HELLOs at once, each time).
     bool known = overflowSeenMs_.count(sender) != 0;
-    changed = !known;
-    // Any one keeps the plan off; more only cost memory.
-    if (known || overflowSeenMs_.size() < kTopologyMaxHeld) overflowSeenMs_[sender] = nowMs;
+    if (known || overflowSeenMs_.size() < kTopologyMaxHeld) {
+      changed = !known;
+      overflowSeenMs_[sender] = nowMs;
+    }
   }
   for (const TopologyRecord& r : t.records) {
     if (r.origin == self_ || r.origin == 0) continue;
