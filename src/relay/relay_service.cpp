@@ -410,7 +410,6 @@ void RelayService::pinLibrary() {
   void* self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   if (self == nullptr) return;  // not a shared library (unit tests link the core statically)
   pinned_ = true;
-  pinnedFlag_.store(true, std::memory_order_release);
   MESH_INFO(NCCL_INIT | NCCL_NET, "relay: %s stays loaded until the process exits (NCCL_MESH_RELAY=auto: other "
             "nodes' connections may go through this process)",
             info.dli_fname);

@@ -109,12 +109,10 @@ class RelayService {
   ~RelayService();
   ncclResult_t start();
   void stop();  // idempotent; joins the thread, closes every link and pending open
-  // Process exit with the library pinned: the verbs provider may already be finalized
+  // Process exit, from the library destructor: the verbs provider may already be finalized
   // (it was loaded after us, so its destructors ran first). Joins the thread and leaves
   // every verbs object to the kernel; A and C see the sockets close.
   void abandon();
-  // The library is pinned (RTLD_NODELETE): its destructor runs at process exit only.
-  bool pinned() const { return pinnedFlag_.load(std::memory_order_acquire); }
 
   size_t liveLinks() const { return liveLinks_.load(std::memory_order_relaxed); }
   size_t ringBytesInUse() const { return memUsed_.load(std::memory_order_relaxed); }
@@ -150,7 +148,6 @@ class RelayService {
   std::atomic<size_t> liveLinks_{0};
   std::atomic<size_t> memUsed_{0};
   std::atomic<bool> serving_{false};
-  std::atomic<bool> pinnedFlag_{false};
   std::atomic<bool> abandon_{false};
   // Relay thread only:
   std::vector<std::unique_ptr<Session>> sessions_;
