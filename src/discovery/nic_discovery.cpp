@@ -78,30 +78,28 @@ bool gidToIpv4(const uint8_t gid[16], uint32_t* addr) {
   return *addr != 0;
 }
 
+// As NCCL's IB transport (net_ib/init.cc ncclIbSpeed/ncclIbWidth): the code's lowest set bit
+// picks the entry, and a bit past the table counts as its last entry (a faster rate than
+// this table knows is reported as the fastest it does, not as unknown).
 int portSpeedMbps(uint32_t activeSpeed, uint8_t activeWidth) {
-  int laneMbps = 0;
-  switch (activeSpeed) {
-    case 1: laneMbps = 2500; break;     // SDR
-    case 2: laneMbps = 5000; break;     // DDR
-    case 4: laneMbps = 10000; break;    // QDR
-    case 8: laneMbps = 10000; break;    // FDR10
-    case 16: laneMbps = 14000; break;   // FDR
-    case 32: laneMbps = 25000; break;   // EDR
-    case 64: laneMbps = 50000; break;   // HDR
-    case 128: laneMbps = 100000; break; // NDR
-    case 256: laneMbps = 200000; break; // XDR
-    default: return 0;
+  static const int kLaneMbps[] = {2500,  5000,  10000,  10000,  14000,  // SDR DDR QDR FDR10 FDR
+                                  25000, 50000, 100000, 200000};        // EDR HDR NDR XDR
+  static const int kLanes[] = {1, 4, 8, 12, 2};                         // 1X 4X 8X 12X 2X
+  if (activeSpeed == 0 || activeWidth == 0) return 0;
+  auto entry = [](uint32_t code, int last) {
+    int i = 0;
+    while (i < last && (code & (1u << i)) == 0) ++i;
+    return i;
+  };
+  return kLaneMbps[entry(activeSpeed, 8)] * kLanes[entry(activeWidth, 4)];
+}
+
+int reportedPortSpeedMbps(int querySpeedRc, uint64_t querySpeed100Mbps, uint32_t activeSpeedEx,
+                          uint8_t activeSpeed, uint8_t activeWidth) {
+  if (querySpeedRc == 0 && querySpeed100Mbps > 0) {
+    return static_cast<int>(std::min<uint64_t>(querySpeed100Mbps * 100, INT_MAX));
   }
-  int lanes = 0;
-  switch (activeWidth) {
-    case 1: lanes = 1; break;
-    case 2: lanes = 4; break;
-    case 4: lanes = 8; break;
-    case 8: lanes = 12; break;
-    case 16: lanes = 2; break;
-    default: return 0;
-  }
-  return laneMbps * lanes;
+  return portSpeedMbps(activeSpeedEx != 0 ? activeSpeedEx : activeSpeed, activeWidth);
 }
 
 int mtuToBytes(int ibvMtu) {
@@ -309,7 +307,8 @@ bool probePort(const VerbsApi& api, const VerbsDevice& dev, int deviceIndex, int
                const ifaddrs* ifs, bool gdr, MeshPort* out) {
   const char* name = dev.name().c_str();
   ibv_port_attr pattr;
-  if (queryPort(api, dev.context(), static_cast<uint8_t>(portNum), &pattr) != 0) {
+  uint32_t activeSpeedEx = 0;
+  if (queryPort(api, dev.context(), static_cast<uint8_t>(portNum), &pattr, &activeSpeedEx) != 0) {
     MESH_INFO(NCCL_INIT, "%s:%d skipped: ibv_query_port failed: %s", name, portNum, strerror(errno));
     return false;
   }
@@ -334,7 +333,13 @@ bool probePort(const VerbsApi& api, const VerbsDevice& dev, int deviceIndex, int
   }
   p.activeMtu = pattr.active_mtu;
   p.mtuBytes = mtuToBytes(pattr.active_mtu);
-  p.speedMbps = portSpeedMbps(pattr.active_speed, pattr.active_width);
+  // NCCL 2.30's order: ibv_query_port_speed (rdma-core 62) when it answers, else the codes.
+  uint64_t querySpeed = 0;
+  int querySpeedRc = api.queryPortSpeed != nullptr
+                         ? api.queryPortSpeed(dev.context(), static_cast<uint32_t>(portNum), &querySpeed)
+                         : EOPNOTSUPP;
+  p.speedMbps = reportedPortSpeedMbps(querySpeedRc, querySpeed, activeSpeedEx, pattr.active_speed,
+                                      pattr.active_width);
   p.maxMsgSize = pattr.max_msg_sz;
   p.pciPath = realPath("/sys/class/infiniband/" + dev.name() + "/device");
   if (p.pciPath.empty() && !p.netdev.empty()) p.pciPath = realPath("/sys/class/net/" + p.netdev + "/device");

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "mesh/platform/log.h"
@@ -46,11 +47,31 @@ void unloadVerbs(VerbsApi* api) {
   releaseStatic(*api);  // the plugin's table lives in static storage
 }
 
-int queryPort(const VerbsApi& api, ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {
+namespace {
+// rdma-core 49's ibv_port_attr: the fields of every version, then `uint32_t active_speed_ex`
+// at byte 52 (after port_cap_flags2 and its padding), 56 bytes in all. Fixed here, not taken
+// from the headers we build with (Debian bookworm's rdma-core 44 has no such field).
+constexpr size_t kActiveSpeedExOffset = 52;
+constexpr size_t kPortAttrExLen = 56;
+static_assert(offsetof(ibv_port_attr, port_cap_flags2) == 48 && sizeof(uint16_t) == 2,
+              "ibv_port_attr's layout is rdma-core's ABI");
+}  // namespace
+
+int queryPort(const VerbsApi& api, ibv_context* ctx, uint8_t port, ibv_port_attr* attr,
+              uint32_t* activeSpeedEx) {
   memset(attr, 0, sizeof(*attr));
+  if (activeSpeedEx != nullptr) *activeSpeedEx = 0;
   verbs_context* vctx = verbs_get_ctx_op(ctx, query_port);
-  if (vctx != nullptr) return vctx->query_port(ctx, port, attr, sizeof(*attr));
-  return api.queryPort(ctx, port, attr);
+  if (vctx == nullptr) return api.queryPort(ctx, port, attr);
+  // The length tells rdma-core which struct we hold: an older library zeroes the tail and
+  // fills its own fields; a newer one copies our 56 bytes out of its larger struct.
+  alignas(ibv_port_attr) unsigned char buf[sizeof(ibv_port_attr) > kPortAttrExLen ? sizeof(ibv_port_attr)
+                                                                                 : kPortAttrExLen] = {};
+  int rc = vctx->query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(buf), kPortAttrExLen);
+  if (rc != 0) return rc;
+  memcpy(attr, buf, sizeof(*attr));
+  if (activeSpeedEx != nullptr) memcpy(activeSpeedEx, buf + kActiveSpeedExOffset, sizeof(*activeSpeedEx));
+  return 0;
 }
 
 }  // namespace mesh

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -34,8 +37,29 @@ TEST(PortSpeed, MultipliesLaneRateByWidth) {
   EXPECT_EQ(portSpeedMbps(64, 2), 200000);   // HDR 4x
   EXPECT_EQ(portSpeedMbps(128, 2), 400000);  // NDR 4x
   EXPECT_EQ(portSpeedMbps(1, 1), 2500);      // SDR 1x
-  EXPECT_EQ(portSpeedMbps(3, 2), 0);         // unknown speed code
-  EXPECT_EQ(portSpeedMbps(32, 3), 0);        // unknown width code
+  EXPECT_EQ(portSpeedMbps(256, 2), 800000);  // XDR 4x (active_speed_ex)
+  EXPECT_EQ(portSpeedMbps(64, 16), 100000);  // HDR 2x
+  EXPECT_EQ(portSpeedMbps(0, 2), 0);         // no speed reported
+  EXPECT_EQ(portSpeedMbps(32, 0), 0);        // no width reported
+}
+
+// NCCL's IB transport reads a code by its lowest set bit, and a bit past its table as the
+// table's last entry: a rate newer than both of us is reported as XDR, never as unknown (0,
+// which NCCL's topology would take for 10 Gb/s).
+TEST(PortSpeed, ReadsCodesAsNcclsIbTransportDoes) {
+  EXPECT_EQ(portSpeedMbps(512, 2), 800000);     // a rate past XDR: XDR's lanes
+  EXPECT_EQ(portSpeedMbps(32 | 64, 2), 100000);  // lowest bit: EDR
+  EXPECT_EQ(portSpeedMbps(32, 32), 50000);      // a width past 2X: 2 lanes, as NCCL
+}
+
+// NCCL 2.30 asks ibv_query_port_speed first (rdma-core 62; 100 Mb/s units), then
+// active_speed_ex (rdma-core 49; XDR does not fit active_speed's 8 bits), then active_speed.
+TEST(PortSpeed, PrefersQueryPortSpeedThenActiveSpeedEx) {
+  EXPECT_EQ(reportedPortSpeedMbps(0, 2000, 256, 0, 2), 200000);         // the query answers
+  EXPECT_EQ(reportedPortSpeedMbps(EOPNOTSUPP, 0, 256, 0, 2), 800000);  // no query: XDR 4x
+  EXPECT_EQ(reportedPortSpeedMbps(0, 0, 256, 0, 2), 800000);           // the query says 0
+  EXPECT_EQ(reportedPortSpeedMbps(EOPNOTSUPP, 0, 0, 64, 2), 200000);   // rdma-core < 49
+  EXPECT_EQ(reportedPortSpeedMbps(0, uint64_t{1} << 40, 0, 64, 2), INT_MAX);  // clamped
 }
 
 TEST(Mtu, ConvertsBothWays) {

@@ -89,8 +89,14 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
 // --- pure helpers, unit-tested ---------------------------------------------------------
 // IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d); false for any other GID.
 bool gidToIpv4(const uint8_t gid[16], uint32_t* addr);
-// Port speed in Mbps from ibv_port_attr's active_speed and active_width codes (0: unknown).
+// Port speed in Mbps from ibv_port_attr's speed (active_speed, or active_speed_ex) and
+// active_width codes, as NCCL's IB transport reads them; 0 when either code is 0.
 int portSpeedMbps(uint32_t activeSpeed, uint8_t activeWidth);
+// The speed a port reports, in NCCL 2.30's order: ibv_query_port_speed's answer (100 Mb/s
+// units) when it returned 0 and a non-zero speed, else active_speed_ex when non-zero, else
+// active_speed; times the width.
+int reportedPortSpeedMbps(int querySpeedRc, uint64_t querySpeed100Mbps, uint32_t activeSpeedEx,
+                          uint8_t activeSpeed, uint8_t activeWidth);
 // Bytes for an enum ibv_mtu value (0 for unknown).
 int mtuToBytes(int ibvMtu);
 // enum ibv_mtu value for a byte count (0 for unsupported sizes).

@@ -53,7 +53,9 @@ namespace mesh {
   X(queryGidEx, "_ibv_query_gid_ex", "IBVERBS_1.11", false, int,                                \
     (ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t))                       \
   X(queryGidTable, "_ibv_query_gid_table", "IBVERBS_1.11", false, ssize_t,                      \
-    (ibv_context*, ibv_gid_entry*, size_t, uint32_t, size_t))
+    (ibv_context*, ibv_gid_entry*, size_t, uint32_t, size_t))                                   \
+  X(queryPortSpeed, "ibv_query_port_speed", "IBVERBS_1.16", false, int,                        \
+    (ibv_context*, uint32_t, uint64_t*))
 
 struct VerbsApi {
 #define MESH_VERBS_MEMBER(member, sym, ver, required, ret, params) ret(*member) params = nullptr;
@@ -72,6 +74,10 @@ void unloadVerbs(VerbsApi* api);
 
 // ibv_query_port without the inline wrapper in verbs.h: uses the provider's extended
 // query_port when present (full ibv_port_attr), else the IBVERBS_1.1 symbol.
-int queryPort(const VerbsApi& api, ibv_context* ctx, uint8_t port, ibv_port_attr* attr);
+// *activeSpeedEx (when given) gets the port's active_speed_ex: rdma-core 49 appended it to
+// ibv_port_attr for rates past active_speed's 8 bits (XDR is 0x100). Asked for whatever
+// rdma-core these headers are; 0 where the library, provider or kernel does not report it.
+int queryPort(const VerbsApi& api, ibv_context* ctx, uint8_t port, ibv_port_attr* attr,
+              uint32_t* activeSpeedEx = nullptr);
 
 }  // namespace mesh

@@ -365,7 +365,15 @@ int queryPortOp(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t len)
     std::lock_guard<std::mutex> lk(f->mu);
     fillPortAttr(contextOf(ctx)->dev, &full);
   }
+  // MESHFAB_PORT_SPEED=xdr: the kernel's 8-bit copy of 0x100 in active_speed is 0.
+  if (f->settings.portSpeedEx != 0) full.active_speed = 0;
   memcpy(attr, &full, std::min(len, sizeof(full)));
+  // rdma-core 49 appended `uint32_t active_speed_ex` at byte 52 (these headers may predate it).
+  constexpr size_t kActiveSpeedExOffset = 52;
+  uint32_t speedEx = f->settings.portSpeedEx;
+  if (len >= kActiveSpeedExOffset + sizeof(speedEx)) {
+    memcpy(reinterpret_cast<unsigned char*>(attr) + kActiveSpeedExOffset, &speedEx, sizeof(speedEx));
+  }
   return 0;
 }
 
@@ -494,6 +502,16 @@ int ibv_query_device(ibv_context* ctx, ibv_device_attr* attr) {
 // _compat_ibv_port_attr); newer callers reach queryPortOp through verbs.h's inline wrapper.
 int ibv_query_port(ibv_context* ctx, uint8_t port, _compat_ibv_port_attr* attr) {
   return queryPortOp(ctx, port, reinterpret_cast<ibv_port_attr*>(attr), offsetof(ibv_port_attr, port_cap_flags2));
+}
+
+// IBVERBS_1.16 (rdma-core 62): the port's rate in 100 Mb/s units; EOPNOTSUPP unless
+// MESHFAB_PORT_SPEED=query:N, as rdma-core's dummy op for a provider that has none.
+int ibv_query_port_speed(ibv_context*, uint32_t port, uint64_t* speed) {
+  Fabric* f = Fabric::get();
+  if (port != 1) return EINVAL;
+  if (f->settings.portSpeedQuery == 0) return EOPNOTSUPP;
+  *speed = f->settings.portSpeedQuery;
+  return 0;
 }
 
 int ibv_query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gid* gid) {

@@ -64,6 +64,13 @@ struct Settings {
   bool ece = true;
   uint32_t eceVendor = 0x15b3;
   uint32_t eceOptions = 0x30000001;
+  // MESHFAB_PORT_SPEED: how a port reports its rate (device.cpp). "" (default): EDR 4X in
+  // active_speed, and ibv_query_port_speed answers EOPNOTSUPP (rdma-core's dummy op, as a
+  // provider without it); "xdr": XDR 4X as a kernel reports it, active_speed 0 and
+  // active_speed_ex 0x100 (rdma-core >= 49); "query:N": ibv_query_port_speed answers N
+  // (100 Mb/s units) as well.
+  uint32_t portSpeedEx = 0;
+  uint64_t portSpeedQuery = 0;
   void load();
 };
 

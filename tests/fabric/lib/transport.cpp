@@ -103,6 +103,15 @@ void Settings::load() {
               eceVendor, eceOptions);
     }
   }
+  const char* ps = getenv("MESHFAB_PORT_SPEED");
+  unsigned long long q = 0;
+  if (ps != nullptr && strcmp(ps, "xdr") == 0) {
+    portSpeedEx = 0x100;
+  } else if (ps != nullptr && sscanf(ps, "query:%llu", &q) == 1 && q > 0) {
+    portSpeedQuery = q;
+  } else if (ps != nullptr && *ps != '\0') {
+    fprintf(stderr, "meshfab: MESHFAB_PORT_SPEED=%s is neither 'xdr' nor 'query:N'; ports report EDR 4X\n", ps);
+  }
   gTrace = trace;
 }
 
