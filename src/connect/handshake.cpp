@@ -71,6 +71,7 @@ class Connector {
   Step step = Step::Connect;
   std::vector<uint8_t> inbuf;
   std::unique_ptr<PreparedConn> conn;
+  size_t helloLinks = 0;  // links our HELLO offered: the transport may use fewer than `routes`
   // Published to NCCL's thread: result/error are written before state (release).
   std::atomic<int> state{kPending};
   std::string error;
@@ -421,6 +422,7 @@ void onConnectWritable(Handshaker* hs, Connector* c) {
   if (r != ncclSuccess) return finishConnect(hs, c, "could not create the RDMA resources", r);
   hello.type = HsType::Hello;
   hello.token = c->handle.token;
+  c->helloLinks = hello.links.size();
   std::string error;
   if (!sendMessage(c->fd, hello, &error)) return finishConnect(hs, c, "sending HELLO: " + error, ncclSystemError);
   c->step = Connector::Step::WaitAccept;
@@ -455,7 +457,7 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
                                        : ""),
                          ncclRemoteError);
   }
-  if (msg.type != HsType::Accept || msg.token != c->handle.token || msg.links.size() != c->routes.size()) {
+  if (msg.type != HsType::Accept || msg.token != c->handle.token || msg.links.size() != c->helloLinks) {
     return finishConnect(hs, c, "unexpected reply from " + c->peer, ncclRemoteError);
   }
   ncclResult_t r = hs->transport()->activate(c->conn.get(), msg, nullptr);
@@ -629,7 +631,7 @@ ncclResult_t Handshaker::startConnect(const Handle& handle, const std::vector<Ro
   return ncclSuccess;
 }
 
-ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>* conn) {
+ncclResult_t Handshaker::pollConnect(const std::shared_ptr<Connector>& c, std::unique_ptr<PreparedConn>* conn) {
   conn->reset();
   switch (c->state.load(std::memory_order_acquire)) {
     case Connector::kReady:
@@ -646,6 +648,9 @@ ncclResult_t Handshaker::pollConnect(Connector* c, std::unique_ptr<PreparedConn>
         MESH_WARN("connect to %s failed: no outcome %d ms after it started (NCCL_MESH_CONNECT_TIMEOUT_MS) and the "
                   "handshake thread did not end it%s", c->peer.c_str(), settings_.timeoutMs,
                   reactor_->serving() ? "" : " (it is not running)");
+        // Its socket and comm go with it, now or when the thread gets to it (the thread
+        // holds it only weakly: a dropped one would leave its socket watched forever).
+        discardConnect(c);
         return ncclSystemError;
       }
       return ncclSuccess;

@@ -193,7 +193,7 @@ ncclResult_t netConnect(int dev, void* handle, const ConnOptions& opts, SendComm
     if (replaced.connector != nullptr) Plugin::instance().handshakerFor(replaced.dev)->discardConnect(replaced.connector);
   }
   std::unique_ptr<PreparedConn> conn;
-  ncclResult_t r = pending.relay != nullptr ? pending.relay->poll(&conn) : hs->pollConnect(pending.connector.get(), &conn);
+  ncclResult_t r = pending.relay != nullptr ? pending.relay->poll(&conn) : hs->pollConnect(pending.connector, &conn);
   if (r != ncclSuccess || conn != nullptr) tables.endPendingConnect(handle);
   if (r != ncclSuccess) stats::Publisher::event(stats::kConnectFails);
   MESH_CHECK(r);

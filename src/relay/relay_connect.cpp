@@ -126,7 +126,7 @@ ncclResult_t RelayConnector::poll(std::unique_ptr<PreparedConn>* out) {
     MESH_CHECK(stepCandidate());
     if (state_ == State::Failed) return ncclSystemError;  // the caller logs tried()
     if (state_ == State::Leg) {
-      ncclResult_t r = hs_->pollConnect(leg_.get(), out);
+      ncclResult_t r = hs_->pollConnect(leg_, out);
       if (r != ncclSuccess) {
         nextCandidate("the leg's handshake failed (see above)");
         continue;

@@ -309,7 +309,7 @@ bool RelayService::stepSession(Session& s) {
                   formatIpv4(s.peerAddr).c_str(), s.target.c_str());
         return false;
       }
-      ncclResult_t r = s.onward != nullptr ? s.onward->poll(&s.fwd) : hs_->pollConnect(s.toC.get(), &s.fwd);
+      ncclResult_t r = s.onward != nullptr ? s.onward->poll(&s.fwd) : hs_->pollConnect(s.toC, &s.fwd);
       if (r != ncclSuccess) {
         if (s.onward != nullptr) {
           MESH_INFO(NCCL_NET, "relay: no next relay took the hop to %s for a connection this node relays%s",

@@ -33,6 +33,12 @@ foreach(subnets shared split)
   fabric_scenario(functions_relay_ring4_${subnets} 4 90 --topology ring --functions 2 --fn-subnets ${subnets}
                   --rate 40M --fn-rate 22400K --env NCCL_MESH_RELAY=auto -- functions --relayed)
 endforeach()
+# NCCL_MESH_QPS_PER_CONN 9..16 on Spark cables: two functions x 9 QPs exceed a comm's 16, so
+# the connector offers one function's link and the acceptor answers for it; that ACCEPT used
+# to be refused (checked against both links), so every connect failed. Direct and relayed.
+fabric_scenario(pair_spark_qps9 2 60 --functions 2 --env NCCL_MESH_QPS_PER_CONN=9 -- pair)
+fabric_scenario(relay_ring4_spark_qps9 4 180 --topology ring --functions 2 --env NCCL_MESH_RELAY=auto
+                --env NCCL_MESH_QPS_PER_CONN=9 -- relay)
 # Registration where the connection runs (issue 32): a triangle of Spark cables, 4 devices per
 # node; a comm's registrations cover the 2 towards its peer.
 fabric_scenario(registrations_tri_spark 3 60 --functions 2 -- registrations --sizes 256K,4M --count 3)

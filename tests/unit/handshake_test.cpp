@@ -72,12 +72,16 @@ class FakeTransport : public Transport {
     return nics;
   }
   std::string extraAddr;
-  ncclResult_t prepare(bool, const std::vector<Route>& routes, const ConnOptions&,
+  ncclResult_t prepare(bool sender, const std::vector<Route>& routes, const ConnOptions&,
                        std::unique_ptr<PreparedConn>* out, HsMessage* local) override {
+    if (prepareDelayMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(prepareDelayMs));
     auto c = std::make_unique<FakeConn>();
     c->qpn = nextQpn++;
     local->qpsPerLink = 1;
-    for (const Route& r : routes) {
+    std::vector<Route> use = routes;
+    // As RdmaTransport with many QPs per link: the connector offers fewer links than it found.
+    if (sender && senderLinkCap > 0 && use.size() > senderLinkCap) use.resize(senderLinkCap);
+    for (const Route& r : use) {
       local->links.push_back(linkForRoute(r));
       HsQp q;
       q.qpn = c->qpn;
@@ -94,6 +98,8 @@ class FakeTransport : public Transport {
   }
   std::atomic<uint32_t> nextQpn{100};
   bool failActivate = false;
+  size_t senderLinkCap = 0;  // 0: every route
+  int prepareDelayMs = 0;    // the handshake thread busy in prepare (a slow ibv_create_qp)
 };
 
 class HandshakeTest : public ::testing::Test {
@@ -130,7 +136,7 @@ class HandshakeTest : public ::testing::Test {
     auto deadline = Clock::now() + std::chrono::seconds(10);
     while (Clock::now() < deadline) {
       if (*send == nullptr) {
-        r = hs_->pollConnect(c.get(), send);
+        r = hs_->pollConnect(c, send);
         if (r != ncclSuccess) return r;
       }
       if (callAccept && *recv == nullptr) {
@@ -181,7 +187,7 @@ void discardAndCheck(HandshakeTest* t, bool stopReactorFirst) {
   EXPECT_EQ(FakeConn::live.load(), connsBefore) << "the half-built comm outlived the discard";
   EXPECT_EQ(openFds(), fdsBefore) << "a socket outlived the discard";
   std::unique_ptr<PreparedConn> conn;
-  EXPECT_NE(t->hs_->pollConnect(c.get(), &conn), ncclSuccess) << "a discarded connect cannot succeed";
+  EXPECT_NE(t->hs_->pollConnect(c, &conn), ncclSuccess) << "a discarded connect cannot succeed";
   EXPECT_EQ(conn, nullptr);
 }
 
@@ -276,7 +282,7 @@ TEST_F(HandshakeTest, ManyPendingConnectsOnOneListenerAllComplete) {
   size_t sent = 0;
   while ((sent < cs.size() || recvs.size() < cs.size()) && Clock::now() < deadline) {
     for (size_t i = 0; i < cs.size(); ++i) {
-      if (sends[i] == nullptr && hs_->pollConnect(cs[i].get(), &sends[i]) == ncclSuccess && sends[i]) ++sent;
+      if (sends[i] == nullptr && hs_->pollConnect(cs[i], &sends[i]) == ncclSuccess && sends[i]) ++sent;
     }
     std::unique_ptr<PreparedConn> r;
     ASSERT_EQ(hs_->pollAccept(l, &r), ncclSuccess);
@@ -301,6 +307,75 @@ TEST_F(HandshakeTest, ADiscardedConnectReleasesItsSocketAndCommAfterTheReactorSt
 // address when its cable loses carrier: a neighbour powered off) must not stop this node
 // from listening on its other cables: the listen leaves it out of the handle, WARNs once,
 // and the peers connect over the rest.
+// With NCCL_MESH_QPS_PER_CONN 9..16 and two links to the peer (a Spark cable's two
+// functions), the connector's transport offers one link, and the acceptor answers for that
+// one. That ACCEPT must be taken: it was checked against the routes found (two), and every
+// such connect failed as "unexpected reply".
+TEST_F(HandshakeTest, AConnectorThatOffersFewerLinksThanItsRoutesConnects) {
+  transport_.extraAddr = "127.0.0.2/8";  // a second port on another address
+  transport_.senderLinkCap = 1;
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  ASSERT_EQ(h.addrs.size(), 2u);
+  RouteResult routes = connectRoutes(transport_.localNics(), h.addrs, kHsMaxLinks);
+  ASSERT_TRUE(routes.ok()) << routes.error;
+  ASSERT_GE(routes.routes.size(), 2u) << "the test needs a peer reached over two links";
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(hs_->startConnect(h, routes.routes, ConnOptions(), &c), ncclSuccess);
+  testing_support::WarnCapture warnings;
+  std::unique_ptr<PreparedConn> send, recv;
+  ncclResult_t r = ncclSuccess;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (r == ncclSuccess && (send == nullptr || recv == nullptr) && Clock::now() < deadline) {
+    if (send == nullptr) r = hs_->pollConnect(c, &send);
+    if (recv == nullptr) {
+      EXPECT_EQ(hs_->pollAccept(l, &recv), ncclSuccess);
+    }
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(r, ncclSuccess) << warnings.last();
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(recv, nullptr);
+  hs_->closeControl(send->control);
+  hs_->closeControl(recv->control);
+  hs_->closeListener(l);
+}
+
+// NCCL's thread gives up on a connect the handshake thread has not ended well past its
+// deadline (that thread busy in a slow prepare) and drops it. Its socket must still close
+// when the thread gets back: the thread holds a connect only weakly, so a dropped one's
+// socket stayed watched forever (and, level-triggered and writable, spun the thread).
+TEST_F(HandshakeTest, AConnectGivenUpPastItsDeadlineStillClosesItsSocket) {
+  makeHandshaker(8, /*timeoutMs=*/200);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int fdsBefore = openFds();
+  int connsBefore = FakeConn::live.load();
+  transport_.prepareDelayMs = 2600;  // past the deadline (0.2 s) and NCCL's grace (2 s)
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(hs_->startConnect(h, routesTo(h), ConnOptions(), &c), ncclSuccess);
+  testing_support::WarnCapture warnings;
+  std::unique_ptr<PreparedConn> conn;
+  ncclResult_t r = ncclSuccess;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (r == ncclSuccess && conn == nullptr && Clock::now() < deadline) {
+    r = hs_->pollConnect(c, &conn);
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(r, ncclSystemError);
+  EXPECT_NE(warnings.last().find("the handshake thread did not end it"), std::string::npos) << warnings.last();
+  c.reset();  // as netConnect: the failed connect leaves its table
+  while ((openFds() != fdsBefore || FakeConn::live.load() != connsBefore) && Clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(openFds(), fdsBefore) << "the given-up connect's socket stayed open";
+  EXPECT_EQ(FakeConn::live.load(), connsBefore) << "the given-up connect's comm stayed alive";
+  transport_.prepareDelayMs = 0;
+  hs_->closeListener(l);
+}
+
 TEST_F(HandshakeTest, AnAddressGoneFromItsNetdevIsLeftOutOfTheHandle) {
   transport_.extraAddr = "198.19.255.254/24";  // in no netdev of this host
   std::ifstream nonlocal("/proc/sys/net/ipv4/ip_nonlocal_bind");
@@ -378,7 +453,7 @@ TEST_F(HandshakeTest, WithoutTheHandshakeThreadConnectAndAcceptStillEnd) {
   std::unique_ptr<PreparedConn> conn;
   ncclResult_t r = ncclSuccess;
   while (r == ncclSuccess && conn == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
-    r = hs_->pollConnect(c.get(), &conn);
+    r = hs_->pollConnect(c, &conn);
     std::this_thread::yield();
   }
   double s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -446,7 +521,7 @@ TEST_F(HandshakeTest, ARefusalOverReservedBytesNamesAnOlderPeer) {
   ncclResult_t r = ncclSuccess;
   auto start = Clock::now();
   while (r == ncclSuccess && send == nullptr && Clock::now() - start < std::chrono::seconds(5)) {
-    r = hs_->pollConnect(c.get(), &send);
+    r = hs_->pollConnect(c, &send);
   }
   older.join();
   close(srv);
@@ -484,7 +559,7 @@ TEST_F(HandshakeTest, ConnectFailsFastWhenTheListenerCloses) {
   ncclResult_t r = ncclSuccess;
   auto start = Clock::now();
   while (r == ncclSuccess && send == nullptr && Clock::now() - start < std::chrono::seconds(5)) {
-    r = hs_->pollConnect(c.get(), &send);
+    r = hs_->pollConnect(c, &send);
   }
   EXPECT_EQ(r, ncclRemoteError);
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));  // before the timeout

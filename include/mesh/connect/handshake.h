@@ -67,7 +67,7 @@ class Handshaker {
                             const ConnOptions& opts, std::shared_ptr<Connector>* out);
   // nullptr while pending; the connection when done; an error (with a logged reason) when
   // the handshake failed or ran out of time.
-  ncclResult_t pollConnect(Connector* connector, std::unique_ptr<PreparedConn>* conn);
+  ncclResult_t pollConnect(const std::shared_ptr<Connector>& connector, std::unique_ptr<PreparedConn>* conn);
   // NCCL will not poll this connect again (it reused the handle for another, or the plugin
   // shuts down): its socket is closed and its comm, half-built or finished and never
   // claimed, released. Any thread; runs inline when the reactor has stopped.
