@@ -158,26 +158,30 @@ Request* TwinComm::link(Request* whole, Request* other, bool dataSend) {
   return whole;
 }
 
-bool TwinComm::payOwed() {
-  if (!owed_.active) return true;
+ncclResult_t TwinComm::payOwed(bool* paid) {
+  *paid = !owed_.active;
+  if (*paid) return ncclSuccess;
   Request* r = nullptr;
-  ncclResult_t res = ncclSuccess;
   Comm* c = leg(owed_.leg);
+  // A failed leg fails the connection: the owed part is what the whole request waits on,
+  // and nothing else tests that leg (the request's own leg may be healthy).
   if (owed_.kind == Request::Kind::Send) {
-    res = static_cast<SendComm*>(c)->isend(owed_.data[0], 0, owed_.tags[0], owed_.mh[0], &r);
+    MESH_CHECK(static_cast<SendComm*>(c)->isend(owed_.data[0], 0, owed_.tags[0], owed_.mh[0], &r));
   } else {
-    res = static_cast<RecvComm*>(c)->irecv(owed_.n, owed_.data, owed_.sizes, owed_.tags, owed_.mh, &r);
+    MESH_CHECK(static_cast<RecvComm*>(c)->irecv(owed_.n, owed_.data, owed_.sizes, owed_.tags, owed_.mh, &r));
   }
-  // An error stays with the leg: the whole request's test reports it.
-  if (res != ncclSuccess || r == nullptr) return false;
+  if (r == nullptr) return ncclSuccess;
   part(owed_.whole).other = r;
   owed_.active = false;
-  return true;
+  *paid = true;
+  return ncclSuccess;
 }
 
 ncclResult_t TwinComm::isend(void* data, size_t size, int tag, const MrHandle* mh, Request** out) {
   *out = nullptr;
-  if (!payOwed()) return ncclSuccess;  // the previous message's other part first
+  bool paid = false;
+  MESH_CHECK(payOwed(&paid));
+  if (!paid) return ncclSuccess;  // the previous message's other part first
   auto now = TwinSteer::Clock::now();
   sampleLoads(now);
   int d = steer_.pick(size, now);
@@ -206,7 +210,9 @@ ncclResult_t TwinComm::irecv(int n, void** data, const size_t* sizes, const int*
                              Request** out) {
   *out = nullptr;
   MESH_REQUIRE(n >= 1 && n <= kGroupMax, ncclInvalidArgument, "irecv: %d buffers (1..%d)", n, kGroupMax);
-  if (!payOwed()) return ncclSuccess;
+  bool paid = false;
+  MESH_CHECK(payOwed(&paid));
+  if (!paid) return ncclSuccess;
   Request* whole = nullptr;
   MESH_CHECK(static_cast<RecvComm*>(first_)->irecv(n, data, sizes, tags, mh, &whole));
   if (whole == nullptr) return ncclSuccess;
@@ -250,7 +256,9 @@ ncclResult_t TwinComm::test(Request* req, int* done, size_t* sizes) {
   int l = legOf(req);
   Part& p = part(req);
   if (p.other == nullptr) {
-    if (!(owed_.active && owed_.whole == req && payOwed())) {
+    bool paid = false;
+    if (owed_.active && owed_.whole == req) MESH_CHECK(payOwed(&paid));
+    if (!paid) {
       // Still owed: keep this leg moving (its completions free what the other part waits on).
       // No grace here once the peer is gone (Comm::test gives one): the peer cannot have
       // finished this message, since its other part was never posted (a send's zero-byte

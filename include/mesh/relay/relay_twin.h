@@ -170,7 +170,9 @@ class TwinComm {
   };
   int legOf(const Request* r) const { return r->comm == first_ ? 0 : 1; }
   Part& part(const Request* r) { return parts_[legOf(r)][r->index]; }
-  bool payOwed();  // false while it is still owed
+  // Posts the owed part: *paid false while its leg still says "not now"; the leg's error when
+  // it failed (the whole request can never complete then).
+  ncclResult_t payOwed(bool* paid);
   Request* link(Request* whole, Request* other, bool dataSend);
 
   Comm* first_;
