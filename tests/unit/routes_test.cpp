@@ -518,6 +518,36 @@ TEST(Routes, ANeighbourComesFromAHelloOnTheLinkNeverFromAnAddressAlone) {
   EXPECT_TRUE(t.nextHops({{0xC6120102u, 24, 0}}).ok());
 }
 
+// Any sender on a link can make up node ids: each new one was a neighbour entry (a HELLO's
+// worth of memory, a recompute over all of them, a burst of HELLOs on every port) with no
+// limit. A port holds kRouteMaxNeighboursPerPort; past that a new node is refused, the ones
+// held are still refreshed, other ports are untouched, and room returns as they expire.
+TEST(Routes, APortHoldsABoundedNumberOfNeighbours) {
+  std::vector<LocalNic> ports = Mesh(3, line(3)).ports(1);  // node 1: ports 0 and 1
+  ASSERT_EQ(ports.size(), 2u);
+  RouteSettings s;
+  RouteTable t(nodeId(1), ports, s);
+  auto helloOn = [&](int port, NodeId node) {
+    NodeHello h;
+    h.node = node;
+    uint32_t base = ports[port].addrs[0].ip.addr & 0xFFFFFF00u;
+    h.addrs = {{base | 0x80u, 24}};
+    return h;
+  };
+  std::string why;
+  for (size_t i = 0; i < kRouteMaxNeighboursPerPort; ++i) {
+    ASSERT_TRUE(t.onHello(0, helloOn(0, 0xA0000 + i), 0, &why)) << i << ": " << why;
+  }
+  EXPECT_EQ(t.neighbourCount(), kRouteMaxNeighboursPerPort);
+  EXPECT_FALSE(t.onHello(0, helloOn(0, 0xB0000), 0, &why));
+  EXPECT_NE(why.find("already holds 32 neighbours"), std::string::npos) << why;
+  EXPECT_EQ(t.neighbourCount(), kRouteMaxNeighboursPerPort);
+  EXPECT_TRUE(t.onHello(0, helloOn(0, 0xA0000), 10, &why)) << "a held neighbour is refreshed: " << why;
+  EXPECT_TRUE(t.onHello(1, helloOn(1, nodeId(2)), 10, &why)) << "another port is not affected: " << why;
+  EXPECT_TRUE(t.expire(10 + s.holdMs + 1));  // all but the refreshed ones go
+  EXPECT_TRUE(t.onHello(0, helloOn(0, 0xB0000), 20, &why)) << why;
+}
+
 TEST(Routes, StaticRoutesOverrideTheSamePrefixAndMergeWithOthers) {
   // Line 0-1-2-3; node 0 has a static route for link 2 (which it also learns, 2 hops away)
   // and one for 198.20.0.0/16, which nobody advertises.

@@ -61,6 +61,9 @@ constexpr int kRouteMaxHopsLimit = kRouteHopsUnreachable - 1;
 constexpr size_t kHelloMaxAddresses = 32;   // addresses one HELLO lists
 constexpr size_t kHelloMaxRoutes = 200;     // routes one HELLO carries (fits one 1500 B frame)
 constexpr size_t kStaticRoutesMax = 64;     // entries in NCCL_MESH_ROUTES
+// Neighbours one port holds at once: a HELLO from one more node is refused until one expires
+// (the mesh is at most 16 nodes; senders on a link are not trusted to be few).
+constexpr size_t kRouteMaxNeighboursPerPort = 32;
 
 struct RouteAdvert {
   Ipv4Prefix subnet;  // network address: host bits zero
@@ -158,7 +161,8 @@ class RouteTable {
 
   // A HELLO arrived on localPort (a LocalNic::index) at nowMs. Returns false, with *why,
   // when it is refused: from ourselves or node 0, on an unknown port, or with no address
-  // sharing the port's subnet. Returns true when accepted (the table is then recomputed).
+  // sharing the port's subnet, or from a new node when the port already holds
+  // kRouteMaxNeighboursPerPort. Returns true when accepted (the table is then recomputed).
   bool onHello(int localPort, const NodeHello& hello, uint64_t nowMs, std::string* why);
   // The port went down: its neighbours and their routes go now, and its own subnets are no
   // longer attached (nor advertised) until portUp. HELLOs on a down port are refused.
