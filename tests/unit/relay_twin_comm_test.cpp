@@ -47,13 +47,13 @@ TEST(TwinComm, ASendWhosePartIsOwedToAFailedLegFails) {
   ASSERT_EQ(legA.receiver()->irecv(1, data, sizes, tags, mh, &posted), ncclSuccess);
   ASSERT_NE(posted, nullptr);
   fake.run();
-  Twin twin(legA.sender(), legB.sender());
+  auto twin = std::make_unique<Twin>(legA.sender(), legB.sender());
   Request* whole = nullptr;
   for (int i = 0; i < 4 && whole == nullptr; ++i) {
-    ASSERT_EQ(twin.comm->isend(src->data(), 4096, 5, &src->mh, &whole), ncclSuccess);
+    ASSERT_EQ(twin->comm->isend(src->data(), 4096, 5, &src->mh, &whole), ncclSuccess);
   }
   ASSERT_NE(whole, nullptr) << "leg A has the slot: the send is taken";
-  ASSERT_EQ(twin.comm->leg(0), legA.sender());
+  ASSERT_EQ(twin->comm->leg(0), legA.sender());
 
   legB.sender()->markAsyncError(IBV_EVENT_QP_FATAL);  // leg B's relay is gone
   ncclResult_t rc = ncclSuccess;
@@ -61,14 +61,15 @@ TEST(TwinComm, ASendWhosePartIsOwedToAFailedLegFails) {
   for (int i = 0; i < 100 && rc == ncclSuccess && !done; ++i) {
     fake.run();
     size_t got[1] = {};
-    rc = twin.comm->test(whole, &done, got);
+    rc = twin->comm->test(whole, &done, got);
   }
   EXPECT_EQ(done, 0);
   EXPECT_NE(rc, ncclSuccess) << "test() neither failed nor completed: NCCL would spin forever";
   Request* next = nullptr;
-  EXPECT_NE(twin.comm->isend(src->data(), 4096, 6, &src->mh, &next), ncclSuccess)
+  EXPECT_NE(twin->comm->isend(src->data(), 4096, 6, &src->mh, &next), ncclSuccess)
       << "the next isend said \"not now\" instead of the failure";
   EXPECT_EQ(next, nullptr);
+  twin.reset();  // before the comms it borrows
   legA.closeComms();
   legB.closeComms();
 }
@@ -93,11 +94,11 @@ TEST(TwinComm, AReceiveWhosePartIsOwedToAFailedLegFails) {
   }
   ASSERT_GT(filled, 0);
   ASSERT_LT(filled, 2 * kFifoDepth) << "leg B never ran out of slots";
-  Twin twin(legA.receiver(), legB.receiver());
+  auto twin = std::make_unique<Twin>(legA.receiver(), legB.receiver());
   void* data[1] = {dst->data()};
   MrHandle* mh[1] = {&dst->mh};
   Request* whole = nullptr;
-  ASSERT_EQ(twin.comm->irecv(1, data, sizes, tags, mh, &whole), ncclSuccess);
+  ASSERT_EQ(twin->comm->irecv(1, data, sizes, tags, mh, &whole), ncclSuccess);
   ASSERT_NE(whole, nullptr) << "leg A takes the receive; its leg B half is owed";
 
   legB.receiver()->markAsyncError(IBV_EVENT_QP_FATAL);
@@ -106,13 +107,14 @@ TEST(TwinComm, AReceiveWhosePartIsOwedToAFailedLegFails) {
   for (int i = 0; i < 100 && rc == ncclSuccess && !done; ++i) {
     fake.run();
     size_t got[1] = {};
-    rc = twin.comm->test(whole, &done, got);
+    rc = twin->comm->test(whole, &done, got);
   }
   EXPECT_EQ(done, 0);
   EXPECT_NE(rc, ncclSuccess) << "test() neither failed nor completed";
   Request* next = nullptr;
-  EXPECT_NE(twin.comm->irecv(1, data, sizes, tags, mh, &next), ncclSuccess);
+  EXPECT_NE(twin->comm->irecv(1, data, sizes, tags, mh, &next), ncclSuccess);
   EXPECT_EQ(next, nullptr);
+  twin.reset();  // before the comms it borrows
   legA.closeComms();
   legB.closeComms();
 }
