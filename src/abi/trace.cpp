@@ -183,7 +183,11 @@ class Recorder {
       if (w <= 0) {
         MESH_WARN("NCCL_MESH_TRACE: writing %s failed: %s; recording stopped", path_.c_str(), strerror(errno));
         gOn.store(false, std::memory_order_relaxed);
-        close();
+        // Not close(): it flushes first, and this write would fail again (a full disk) for
+        // ever, one frame deeper each time. What is held is given up.
+        buf_.clear();
+        ::close(fd_);
+        fd_ = -1;
         return;
       }
       done += static_cast<size_t>(w);

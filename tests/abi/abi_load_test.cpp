@@ -9,8 +9,12 @@
 // each test starts from a fresh, never-initialized plugin.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -328,6 +332,48 @@ TEST_F(AbiLoad, ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn) {
   for (const std::string& w : logged(NCCL_LOG_WARN)) failed += contains(w, "NCCL_MESH_TRACE: recording a call failed") ? 1 : 0;
   EXPECT_EQ(failed, 1) << joinLines(logged(NCCL_LOG_WARN));
   EXPECT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;  // the trace file is closed
+}
+
+// A trace file that can no longer be written (a full disk: every write fails) stops the
+// recording with one WARN, and what NCCL called still returns; dlclose, which flushes the
+// trace, too. The failed write closed the file through a flush that wrote again, and
+// again: the process died of a stack overflow. Run in a child, whose file size limit is 0
+// (EFBIG on every write, SIGXFSZ ignored), as a full disk's ENOSPC would be.
+TEST_F(AbiLoad, ATraceFileThatCannotBeWrittenStopsRecordingAndNcclsCallsGoOn) {
+  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  struct RemoveDir {
+    const char* path;
+    ~RemoveDir() { (void)!system((std::string("rm -rf '") + path + "'").c_str()); }
+  } removeDir{dir};
+  std::string prefix = std::string(dir) + "/t";
+  fflush(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(60);  // a hang guard
+    setenv("NCCL_MESH_TRACE", prefix.c_str(), 1);
+    Plugin p;
+    std::string why;
+    if (!p.open(&why)) _exit(10);
+    if (p.net().init(captureLog) != ncclSuccess) _exit(11);
+    int ndev = -1;
+    for (int i = 0; i < 4; ++i) {
+      if (p.net().devices(&ndev) != ncclSuccess) _exit(12);
+    }
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit none{0, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &none) != 0) _exit(13);
+    if (!p.close()) _exit(14);  // the library's trace flush: the write fails here
+    int failed = 0;
+    for (const std::string& w : logged(NCCL_LOG_WARN)) failed += contains(w, "NCCL_MESH_TRACE: writing") ? 1 : 0;
+    _exit(failed == 1 ? 0 : 20 + std::min(failed, 9));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status)
+                                    << " (11: the flush/close recursion's stack overflow)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10..14: a step failed; 2x: not exactly one 'writing ... failed' WARN";
 }
 
 // The tests assume the plugin's defaults: drop NCCL_MESH_* settings inherited from the
