@@ -2,14 +2,18 @@
 // Communicator contexts for ncclNet v11 and v12 (see comm_context.h).
 #include "comm_context.h"
 
+#include <chrono>
 #include <cinttypes>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <unordered_map>
 
 #include "abi_common.h"
 #include "mesh/platform/static_state.h"
+#include "mesh/plugin/plugin.h"
 
 namespace mesh {
 namespace abi {
@@ -41,6 +45,10 @@ class ContextRegistry {
   // Copies the context out: finalize may run concurrently on another thread.
   bool find(void* key, CommContext* out) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Test-only (MESH_TEST_CONTEXT_HOLD_MS, AbiVersions.AChildForkedWhileTheProxyThread...):
+    // each lookup holds the lock that long, so that a fork lands while it is held.
+    static const int holdMs = atoi(getenv("MESH_TEST_CONTEXT_HOLD_MS") ? getenv("MESH_TEST_CONTEXT_HOLD_MS") : "0");
+    if (holdMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(holdMs));
     auto it = live_.find(key);
     if (it == live_.end()) return false;
     *out = *it->second;
@@ -67,7 +75,13 @@ ContextRegistry& contexts() {
   return *registry;
 }
 
-__attribute__((destructor)) void meshContextsUnload() { contexts().releaseAll(); }
+// A forked child leaves the table alone: another thread of its parent may have held the
+// lock at the fork (NCCL's proxy thread looks a context up before every connect try), and
+// that thread does not exist here to release it.
+__attribute__((destructor)) void meshContextsUnload() {
+  if (Plugin::inForkedChild()) return;
+  contexts().releaseAll();
+}
 
 ncclResult_t lookup(void* ctx, const char* what, CommContext* out) {
   if (ctx == nullptr) {

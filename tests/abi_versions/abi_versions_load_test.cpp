@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <climits>
@@ -443,6 +444,61 @@ TEST_F(AbiVersions, AChildForkedDuringInitIsRefusedAndExits) {
                                  << " (SIGALRM: it waited for the init lock its parent's thread held)";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "devices() in the child was not refused with ncclSystemError";
   EXPECT_EQ(initRc, ncclSuccess);
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+}
+
+// NCCL's proxy thread calls setNetAttr (and listen/connect) with a context before every try
+// of a connect (2.30.7 src/transport/net.cc:224), each a lookup under the context table's
+// lock. A child forked while that lock is held has it locked for good; its exit() runs the
+// library destructors, which must not wait for it (children hung: 12 of 300 forks in a
+// tight loop). MESH_TEST_CONTEXT_HOLD_MS keeps each lookup inside the lock for that long,
+// so that every fork here lands while it is held.
+TEST_F(AbiVersions, AChildForkedWhileTheProxyThreadUsesAContextExits) {
+  setenv("MESH_TEST_CONTEXT_HOLD_MS", "40", 1);
+  struct Unset {
+    ~Unset() { unsetenv("MESH_TEST_CONTEXT_HOLD_MS"); }
+  } unset;
+  netapi::NetApi net;
+  ASSERT_NO_FATAL_FAILURE(open(12, &net));
+  ASSERT_EQ(net.init(captureLog), ncclSuccess) << allWarnings();
+  void* ctx = net.context();
+  ASSERT_NE(ctx, nullptr);
+  const auto* v12 = table<ncclNet_v12_t>("ncclNetPlugin_v12");
+  ASSERT_NE(v12, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
+  std::thread proxy([&] {
+    ncclNetAttr_v11_t attr;
+    memset(&attr, 0, sizeof(attr));
+    while (!stop.load(std::memory_order_relaxed)) {
+      v12->setNetAttr(ctx, &attr);
+      calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (calls.load() == 0) std::this_thread::yield();
+  const int kForks = 5;
+  int hung = 0, bad = 0;
+  for (int i = 0; i < kForks; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // somewhere inside a held lookup
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(5);  // a child that waits for the lock dies of SIGALRM
+      exit(0);   // not _exit: the library destructors run, as in a real child
+    }
+    ASSERT_GT(pid, 0) << strerror(errno);
+    int status = 0;
+    if (!reapWithin(pid, 10, &status) || (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)) {
+      ++hung;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++bad;
+    }
+  }
+  stop = true;
+  proxy.join();
+  EXPECT_EQ(hung, 0) << hung << " of " << kForks << " children hung in exit() on the context table's lock";
+  EXPECT_EQ(bad, 0) << bad << " of " << kForks << " children did not exit 0";
   EXPECT_EQ(net.finalize(), ncclSuccess);
 }
 
