@@ -28,6 +28,8 @@ struct Published {
   char path[4096] = {};
   pid_t owner = 0;
   int links = 0, flows = 0;
+  dev_t fileDev = 0;  // the file we created: close() unlinks the path only while it still is
+  ino_t fileIno = 0;
 };
 
 // Constant-initialized and trivially destroyed (no heap, nothing for a static destructor to
@@ -95,7 +97,11 @@ bool Publisher::open(const std::string& dirIn, std::string* path, std::string* w
   std::string dir = dirIn.empty() ? defaultDir() : dirIn;
   if (!prepareDir(dir, why)) return false;
   static unsigned loads = 0;
-  std::string name = host() + "." + std::to_string(getpid()) + "." + std::to_string(++loads) + ".stats";
+  // The PID namespace is in the name: containers sharing /dev/shm (--ipc=host) have the
+  // host's hostname, and their ranks often the same pid; without it one process's file was
+  // renamed over another's, and its close deleted the other's, still live.
+  std::string name = host() + "." + std::to_string(getpid()) + "." + std::to_string(++loads) + "." +
+                     std::to_string(pidNamespace()) + ".stats";
   std::string final = dir + "/" + name;
   std::string tmp = dir + "/." + name + ".tmp";
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -110,6 +116,8 @@ bool Publisher::open(const std::string& dirIn, std::string* path, std::string* w
     return false;
   };
   if (ftruncate(fd, sizeof(StatsFile)) != 0) return failWith("cannot size " + tmp);
+  struct stat created {};
+  if (fstat(fd, &created) != 0) return failWith("cannot stat " + tmp);
   void* mem = mmap(nullptr, sizeof(StatsFile), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) return failWith("cannot map " + tmp);
   ::close(fd);
@@ -146,6 +154,8 @@ bool Publisher::open(const std::string& dirIn, std::string* path, std::string* w
   copyName(s.path, sizeof(s.path), final);
   s.owner = getpid();
   s.links = s.flows = 0;
+  s.fileDev = created.st_dev;
+  s.fileIno = created.st_ino;
   *path = final;
   return true;
 }
@@ -157,7 +167,8 @@ void Publisher::close(bool unmap) {
   if (getpid() != s.owner) return;  // a forked child: the parent's file is not ours
   // Every comm is closed before this (Plugin::shutdown): none counts into the mapping any
   // more. Where some may still live (the relay's exit path) the caller keeps it mapped.
-  unlink(s.path);
+  struct stat now {};
+  if (lstat(s.path, &now) == 0 && now.st_dev == s.fileDev && now.st_ino == s.fileIno) unlink(s.path);
   if (unmap) munmap(s.file, sizeof(StatsFile));
   s.file = nullptr;
   s.path[0] = '\0';

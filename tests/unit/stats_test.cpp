@@ -99,6 +99,24 @@ TEST_F(StatsDir, PublishesWhatCommsCountInAPrivateFileRemovedAtClose) {
   EXPECT_EQ(Publisher::link("rocep1s0f1", 1, 1, 2), nullptr) << "closed: the comms count into their sinks";
 }
 
+// Containers sharing /dev/shm (--ipc=host) have the host's hostname and often the same pids:
+// the name carries the PID namespace, and a close removes the path only while it is still
+// the file this process created (another's, renamed over it, was deleted while live).
+TEST_F(StatsDir, TheFileNameCarriesThePidNamespaceAndACloseRemovesOnlyItsOwnFile) {
+  std::string path = open();
+  ASSERT_NE(pidNamespace(), 0u);
+  std::string tail = "." + std::to_string(pidNamespace()) + ".stats";
+  EXPECT_NE(path.find("." + std::to_string(getpid()) + "."), std::string::npos) << path;
+  ASSERT_GT(path.size(), tail.size());
+  EXPECT_EQ(path.substr(path.size() - tail.size()), tail) << path;
+  // Another process's file now at that path (what the rename of a same-named one did).
+  std::string other = dir_ + "/.other";
+  spit(other, "another process's counters");
+  ASSERT_EQ(rename(other.c_str(), path.c_str()), 0);
+  Publisher::close();
+  EXPECT_EQ(slurp(path), "another process's counters") << "the close removed a file that was not its own";
+}
+
 TEST_F(StatsDir, OffOrUnusableDirectoryMeansTheSinks) {
   EXPECT_EQ(Publisher::link("d", 1, 1, 2), nullptr);
   EXPECT_EQ(Publisher::flow(FlowKind::Direct, 2, 0, 0), nullptr);

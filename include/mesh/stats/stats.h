@@ -2,7 +2,7 @@
 // Live counters (issue 34): what every process that loaded the plugin has moved, published
 // for a reader on the same node (nccl-mesh-info --watch/--json/--prometheus).
 //
-// Publication: one file per loaded plugin, NAME = "<host>.<pid>.<load>.stats", in the stats
+// Publication: one file per loaded plugin, NAME = "<host>.<pid>.<load>.<pidns>.stats", in the stats
 // directory (NCCL_MESH_STATS_DIR, default /dev/shm/nccl-mesh-<uid>; created 0700, a file
 // 0600: readable by the same user only, and root). The file is created whole under a
 // temporary name and renamed into place, so a reader never sees it short; it is mapped
