@@ -5,6 +5,7 @@
 #include "mesh/platform/text.h"
 
 #include <cctype>
+#include <vector>
 
 namespace mesh {
 
@@ -32,26 +33,43 @@ void appendError(std::string* error, const std::string& msg) {
   *error += msg;
 }
 
-// Parses one comma-separated entry; false (with a reason in *why) when it is malformed.
+// Parses one comma-separated entry, "name[:port[:rail[:plane]]]" as NCCL 2.30 reads it
+// (misc/utils.cc parseStringList): an empty or absent port is every port; the rail and plane
+// (NCCL's own rail planning) are accepted and ignored, the mesh has no rails. False (with a
+// reason in *why) when it is malformed.
 bool parseEntry(const std::string& raw, HcaFilter::Entry* entry, std::string* why) {
   std::string text = trim(raw);
   if (text.empty()) {
     *why = "empty entry";
     return false;
   }
-  size_t colon = text.find(':');
-  entry->name = trim(text.substr(0, colon));
+  std::vector<std::string> fields;
+  for (size_t start = 0;;) {
+    size_t colon = text.find(':', start);
+    fields.push_back(trim(text.substr(start, colon == std::string::npos ? std::string::npos : colon - start)));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  entry->name = fields[0];
   entry->port = -1;
   if (entry->name.empty()) {
     *why = "entry '" + text + "' has no device name";
     return false;
   }
-  if (colon != std::string::npos) {
-    std::string port = trim(text.substr(colon + 1));
-    if (!parsePort(port, &entry->port)) {
-      *why = "entry '" + text + "' has port '" + port + "'; a port is a number 1.." +
-             std::to_string(kMaxPort);
-      return false;
+  if (fields.size() > 4) {
+    *why = "entry '" + text + "' has more fields than name:port:rail:plane";
+    return false;
+  }
+  if (fields.size() > 1 && !fields[1].empty() && !parsePort(fields[1], &entry->port)) {
+    *why = "entry '" + text + "' has port '" + fields[1] + "'; a port is a number 1.." + std::to_string(kMaxPort);
+    return false;
+  }
+  for (size_t i = 2; i < fields.size(); ++i) {
+    for (char c : fields[i]) {
+      if (c < '0' || c > '9') {
+        *why = "entry '" + text + "' has " + (i == 2 ? "rail" : "plane") + " '" + fields[i] + "'; a number";
+        return false;
+      }
     }
   }
   return true;
@@ -82,6 +100,7 @@ HcaFilter parseHcaFilter(const std::string& spec, std::string* error) {
     }
     return HcaFilter{};
   }
+  filter.named = true;
   size_t start = 0;
   while (start <= rest.size()) {
     size_t comma = rest.find(',', start);
@@ -99,7 +118,9 @@ HcaFilter parseHcaFilter(const std::string& spec, std::string* error) {
 }
 
 bool hcaMatches(const HcaFilter& filter, const std::string& device, int port) {
-  if (filter.entries.empty()) return true;
+  // Every entry malformed: an include list still selects only what it names, which is
+  // nothing (as NCCL_IB_HCA's "mlx5_0:0"); an exclude list excludes nothing.
+  if (filter.entries.empty()) return filter.exclude || !filter.named;
   bool listed = false;
   for (const HcaFilter::Entry& e : filter.entries) {
     if (nameMatches(filter, e, device) && (e.port == -1 || e.port == port)) {

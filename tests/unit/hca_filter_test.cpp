@@ -89,17 +89,59 @@ TEST(HcaFilter, ToleratesWhitespaceAroundEntries) {
 
 TEST(HcaFilter, MalformedEntriesAreReportedAndSkipped) {
   std::string error;
-  HcaFilter f = parseHcaFilter("mlx5_0:x,:1,mlx5_1,mlx5_2:0,mlx5_3:256,mlx5_4:", &error);
+  HcaFilter f = parseHcaFilter("mlx5_0:x,:1,mlx5_1,mlx5_2:0,mlx5_3:256,mlx5_5:1:a,mlx5_6:1:0:0:0", &error);
   ASSERT_EQ(f.entries.size(), 1u);
   EXPECT_EQ(f.entries[0].name, "mlx5_1");
   EXPECT_NE(error.find("'mlx5_0:x'"), std::string::npos) << error;
   EXPECT_NE(error.find("':1' has no device name"), std::string::npos) << error;
   EXPECT_NE(error.find("'mlx5_2:0'"), std::string::npos) << error;
   EXPECT_NE(error.find("'mlx5_3:256'"), std::string::npos) << error;
-  EXPECT_NE(error.find("'mlx5_4:'"), std::string::npos) << error;
   EXPECT_NE(error.find("1..255"), std::string::npos) << error;
+  EXPECT_NE(error.find("'mlx5_5:1:a' has rail 'a'"), std::string::npos) << error;
+  EXPECT_NE(error.find("'mlx5_6:1:0:0:0' has more fields"), std::string::npos) << error;
   EXPECT_TRUE(hcaMatches(f, "mlx5_1", 1));
   EXPECT_FALSE(hcaMatches(f, "mlx5_0", 1));
+}
+
+// NCCL 2.30 reads NCCL_IB_HCA entries as name:port:rail:plane (misc/utils.cc
+// parseStringList): an empty port is every port, rail and plane follow. A value copied from
+// NCCL_IB_HCA selects here what it selects there; those entries were refused, and a list of
+// only such entries became "no filter": every port of every device.
+TEST(HcaFilter, NcclsPortRailAndPlaneFieldsAreRead) {
+  std::string error;
+  HcaFilter f = parseHcaFilter("rocep1s0f1:1:0:1", &error);
+  EXPECT_TRUE(error.empty()) << error;
+  ASSERT_EQ(f.entries.size(), 1u);
+  EXPECT_EQ(f.entries[0].port, 1);
+  EXPECT_TRUE(hcaMatches(f, "rocep1s0f1", 1));
+  EXPECT_FALSE(hcaMatches(f, "rocep1s0f1", 2));
+  EXPECT_FALSE(hcaMatches(f, "roceP2p1s0f1", 1));
+
+  error.clear();
+  f = parseHcaFilter("=rocep1s0f1:", &error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_TRUE(hcaMatches(f, "rocep1s0f1", 1));
+  EXPECT_TRUE(hcaMatches(f, "rocep1s0f1", 2));
+  EXPECT_FALSE(hcaMatches(f, "roceP2p1s0f1", 1));
+
+  f = parseHcaFilter("^mlx5_0:", &error);  // every port of mlx5_0 excluded
+  EXPECT_FALSE(hcaMatches(f, "mlx5_0", 1));
+  EXPECT_TRUE(hcaMatches(f, "mlx5_1", 1));
+}
+
+// An include list of only malformed entries selects nothing (NCCL: "mlx5_0:0" matches no
+// port), never everything; an exclude list of them excludes nothing.
+TEST(HcaFilter, AListOfOnlyMalformedEntriesIsNotEverything) {
+  std::string error;
+  HcaFilter f = parseHcaFilter("mlx5_0:0", &error);
+  EXPECT_FALSE(error.empty());
+  EXPECT_TRUE(f.entries.empty());
+  EXPECT_FALSE(hcaMatches(f, "mlx5_0", 1));
+  EXPECT_FALSE(hcaMatches(f, "mlx5_1", 1));
+  f = parseHcaFilter("^mlx5_0:x", &error);
+  EXPECT_TRUE(hcaMatches(f, "mlx5_0", 1));
+  f = parseHcaFilter("", &error);
+  EXPECT_TRUE(hcaMatches(f, "mlx5_0", 1)) << "unset: no filter";
 }
 
 TEST(HcaFilter, EmptyEntriesBetweenCommasAreReported) {

@@ -4,7 +4,8 @@
 //   "=mlx5_0,mlx5_1" exact names only
 //   "^rxe_p3"       everything except devices starting with rxe_p3
 //   "^=rxe_p3:1"    everything except port 1 of exactly rxe_p3
-//   "dev:port"      restricts an entry to one port
+//   "dev:port"      restricts an entry to one port ("dev:" is every port; NCCL 2.30's
+//                   "dev:port:rail:plane" is accepted, the rail and plane ignored)
 // Pure code, unit-tested.
 #pragma once
 
@@ -20,11 +21,15 @@ struct HcaFilter {
   };
   bool exclude = false;  // leading '^'
   bool exact = false;    // '=' after the optional '^'
-  std::vector<Entry> entries;  // empty: no filter, everything matches
+  bool named = false;    // the spec listed something (even if no entry of it was usable)
+  // Empty with !named: no filter, everything matches. Empty with named (every entry was
+  // malformed): an include list matches nothing, an exclude list everything.
+  std::vector<Entry> entries;
 };
 
 // Parses a filter; malformed entries (empty names, bad port numbers) are reported in
-// *error (if given) and skipped. The messages do not name the variable: the caller does.
+// *error (if given) and skipped: they select nothing, as in NCCL (whose atoi makes a bad
+// port 0, which no port is), so an include list of only such entries selects no device. The messages do not name the variable: the caller does.
 HcaFilter parseHcaFilter(const std::string& spec, std::string* error = nullptr);
 bool hcaMatches(const HcaFilter& filter, const std::string& device, int port);
 
