@@ -2,8 +2,10 @@
 // What NCCL sees as network devices, built from the discovered ports. Pure code (no verbs),
 // unit-tested.
 //
-// NCCL_MESH_DEVICES=port: one device per RDMA port, with that port's own PCI path and GUID
-// (what NCCL's IB transport reports for a port).
+// NCCL_MESH_DEVICES=port: one device per RDMA port, with that port's own PCI path and its
+// function's node GUID. (NCCL's IB transport reports the card's sys_image_guid, and its
+// search counts devices with one GUID and port number against one bandwidth budget: on a
+// DGX Spark, all four functions. Port mode keeps them apart; not measured on a GPU.)
 // NCCL_MESH_DEVICES=node (default): ONE device for the node; whatever device NCCL picks for
 // a channel, each connection leaves on the port cabled to its peer. Its speed is the fastest
 // cable's, all of that cable's functions together (cableGroups): what one peer can get. Its PCI path and GUID
