@@ -208,16 +208,26 @@ std::string describeResources(const RdmaResources& r) {
   return out;
 }
 
-std::string diffResources(const RdmaResources& before, const RdmaResources& after) {
+namespace {
+std::string resourceChanges(const RdmaResources& before, const RdmaResources& after, bool grownOnly) {
   if (!before.ok || !after.ok) return std::string();
   std::string out;
   for (const char* k : kLeakKeys) {
     auto b = before.total.find(k), a = after.total.find(k);
     long vb = b == before.total.end() ? 0 : b->second;
     long va = a == after.total.end() ? 0 : a->second;
-    if (va != vb) out += format("%s%s %ld -> %ld", out.empty() ? "" : ", ", k, vb, va);
+    if (grownOnly ? va > vb : va != vb) out += format("%s%s %ld -> %ld", out.empty() ? "" : ", ", k, vb, va);
   }
   return out;
+}
+}  // namespace
+
+std::string diffResources(const RdmaResources& before, const RdmaResources& after) {
+  return resourceChanges(before, after, false);
+}
+
+std::string grownResources(const RdmaResources& before, const RdmaResources& after) {
+  return resourceChanges(before, after, true);
 }
 
 namespace {

@@ -32,6 +32,8 @@ RdmaResources rdmaResources();
 std::string describeResources(const RdmaResources& r);
 // Empty when the counts of qp, cq, mr and pd are equal; else what differs.
 std::string diffResources(const RdmaResources& before, const RdmaResources& after);
+// The same, for the kinds whose count grew only ("" when none did, or either is unreadable).
+std::string grownResources(const RdmaResources& before, const RdmaResources& after);
 
 // /sys/class/infiniband/<dev>/ports/<port>/hw_counters/<name>, or -1.
 // Runs argv, returns its stdout+stderr; false with *error when it cannot run or fails.

@@ -140,7 +140,8 @@ struct Snapshot {
 // Reads fds and rdma resources until two readings agree (at most `seconds`): the plugin
 // may still be finishing a teardown in its own thread.
 Snapshot stableSnapshot(double seconds);
-// Polls until `now` matches `base` (at most `seconds`); returns "" or what differs.
+// Polls until no count of `now` is above `base` (at most `seconds`); returns "" or what
+// grew (a leak; fewer than the baseline is not one).
 std::string compareToBaseline(const Snapshot& base, double seconds, Snapshot* now);
 // The thread count once it equals `base`, or after `seconds` whatever it is then. A thread
 // the plugin joined at unload can still be listed in /proc/self/task for a moment (the
