@@ -29,6 +29,25 @@ struct Twin {
   TwinComm* comm;
 };
 
+void closeAll(std::unique_ptr<Twin>* twin, FifoPair* a, FifoPair* b) {
+  twin->reset();  // before the comms it borrows
+  a->closeComms();
+  b->closeComms();
+}
+
+// test() as NCCL's proxy calls it, the wire running between calls, until it fails or
+// completes (100 calls at most: the wire has long gone quiet by then).
+ncclResult_t testAsNcclDoes(FakeRdma& fake, TwinComm* twin, Request* req, int* done) {
+  ncclResult_t rc = ncclSuccess;
+  *done = 0;
+  for (int i = 0; i < 100 && rc == ncclSuccess && !*done; ++i) {
+    fake.run();
+    size_t got[1] = {};
+    rc = twin->test(req, done, got);
+  }
+  return rc;
+}
+
 // A send's data goes on one leg; its zero-byte partner on the other leg waits for that
 // leg's FIFO slot (it reaches the sender through another relay, later). If that leg fails
 // then (its relay died), the whole send can never complete: NCCL must get an error from
@@ -56,22 +75,15 @@ TEST(TwinComm, ASendWhosePartIsOwedToAFailedLegFails) {
   ASSERT_EQ(twin->comm->leg(0), legA.sender());
 
   legB.sender()->markAsyncError(IBV_EVENT_QP_FATAL);  // leg B's relay is gone
-  ncclResult_t rc = ncclSuccess;
   int done = 0;
-  for (int i = 0; i < 100 && rc == ncclSuccess && !done; ++i) {
-    fake.run();
-    size_t got[1] = {};
-    rc = twin->comm->test(whole, &done, got);
-  }
+  ncclResult_t rc = testAsNcclDoes(fake, twin->comm, whole, &done);
   EXPECT_EQ(done, 0);
   EXPECT_NE(rc, ncclSuccess) << "test() neither failed nor completed: NCCL would spin forever";
   Request* next = nullptr;
   EXPECT_NE(twin->comm->isend(src->data(), 4096, 6, &src->mh, &next), ncclSuccess)
       << "the next isend said \"not now\" instead of the failure";
   EXPECT_EQ(next, nullptr);
-  twin.reset();  // before the comms it borrows
-  legA.closeComms();
-  legB.closeComms();
+  closeAll(&twin, &legA, &legB);
 }
 
 // The receiving side: leg B has every FIFO slot in use, so the second half of a receive is
@@ -102,21 +114,14 @@ TEST(TwinComm, AReceiveWhosePartIsOwedToAFailedLegFails) {
   ASSERT_NE(whole, nullptr) << "leg A takes the receive; its leg B half is owed";
 
   legB.receiver()->markAsyncError(IBV_EVENT_QP_FATAL);
-  ncclResult_t rc = ncclSuccess;
   int done = 0;
-  for (int i = 0; i < 100 && rc == ncclSuccess && !done; ++i) {
-    fake.run();
-    size_t got[1] = {};
-    rc = twin->comm->test(whole, &done, got);
-  }
+  ncclResult_t rc = testAsNcclDoes(fake, twin->comm, whole, &done);
   EXPECT_EQ(done, 0);
   EXPECT_NE(rc, ncclSuccess) << "test() neither failed nor completed";
   Request* next = nullptr;
   EXPECT_NE(twin->comm->irecv(1, data, sizes, tags, mh, &next), ncclSuccess);
   EXPECT_EQ(next, nullptr);
-  twin.reset();  // before the comms it borrows
-  legA.closeComms();
-  legB.closeComms();
+  closeAll(&twin, &legA, &legB);
 }
 
 }  // namespace
