@@ -32,7 +32,7 @@ REQUIRED_PACKAGES=(
 # The compiler cache (every build of the suite goes through it when present: CMakeLists.txt,
 # MESH_CCACHE), the fuzz tier (clang + its compiler-rt: libFuzzer, sanitizers; only Recommended
 # by clang, so --no-install-recommends would leave it out) and the lab tier (QEMU guests).
-# Missing ones are reported, not fatal: those tiers say why.
+# A failed install is fatal on Debian (install_optional), a warning elsewhere: those tiers say why.
 OPTIONAL_PACKAGES=(
   ccache clang libclang-rt-dev
   qemu-system-x86 busybox-static cpio kmod
@@ -42,9 +42,10 @@ OPTIONAL_PACKAGES=(
 # and GoogleTest, the arm64 C++ runtime that qemu-aarch64 runs the tests with, and QEMU for
 # aarch64 (user mode for the tier, system mode for `scripts/vmesh --arch arm64`). Needs
 # `dpkg --add-architecture arm64`, which install_packages adds when one of these is missing.
-# Optional like the ones above: without them the arm64 tier reports what is missing. The
-# aarch64 guests' own packages (kernel, busybox, iproute2, ibverbs-utils) are not installed:
-# scripts/vmesh --arch arm64 fetches them with `apt-get download` into build/vmesh-arm64.
+# Optional like the ones above (a failed install is fatal on Debian only): without them the
+# arm64 tier reports what is missing. The aarch64 guests' own packages (kernel, busybox,
+# iproute2, ibverbs-utils) are not installed: scripts/vmesh --arch arm64 fetches them with
+# `apt-get download` into build/vmesh-arm64.
 ARM64_PACKAGES=(
   g++-aarch64-linux-gnu qemu-user-static qemu-system-arm
   libc6:arm64 libstdc++6:arm64 libgcc-s1:arm64
@@ -130,6 +131,9 @@ install_packages() {
       [ ${#required[@]} -gt 0 ] || [ ${#optional[@]} -gt 0 ] || return 0
     fi
   fi
+  # A run killed inside apt-get install leaves dpkg interrupted, and apt then refuses every
+  # install until it is finished; nothing to do (and quick) otherwise.
+  quietly "dpkg --configure -a" as_root env DEBIAN_FRONTEND=noninteractive dpkg --configure -a
   quietly "apt-get update" as_root apt-get update -qq
   if [ ${#required[@]} -gt 0 ]; then
     quietly "installing ${required[*]}" apt_install "${required[@]}"
@@ -139,8 +143,10 @@ install_packages() {
   install_optional "the arm64 tier and the aarch64 lab need them" "${arm64[@]}"
 }
 
-# install_optional WHO_NEEDS_THEM PACKAGE...: installs them if any are given; a failure is a
-# warning naming who needs them, not fatal.
+# install_optional WHO_NEEDS_THEM PACKAGE...: installs them if any are given. On Debian, the
+# system CI and the README's commands target, where every one of them exists, a failure is
+# fatal: the tiers that need them would otherwise report "skipped" and the run still pass.
+# Elsewhere it is a warning naming who needs them.
 install_optional() {
   local who=$1
   shift
@@ -148,6 +154,8 @@ install_optional() {
   echo "+ apt-get install $*" >>"$LOG"
   if apt_install "$@" >>"$LOG" 2>&1; then
     echo "setup: packages: installed $*"
+  elif grep -qx 'ID=debian' /etc/os-release 2>/dev/null; then
+    log_tail_and_die "installing $* ($who)"
   else
     echo "setup: warning: could not install $* (see $LOG); $who"
   fi

@@ -114,6 +114,31 @@ def quiet(cmd, what, **kwargs):
     return proc.stdout.decode(errors="replace")
 
 
+_apt_updated = False
+
+
+def apt_update_once():
+    """`apt-get update`, at most once per run: apt's lists may be missing (an image that
+    cleaned them) or older than the mirror, which drops superseded kernels and libraries.
+    False when it was done already (a second failure is then a real one)."""
+    global _apt_updated
+    if _apt_updated:
+        return False
+    _apt_updated = True
+    quiet(["apt-get", "update", "-qq"], "apt-get update")
+    return True
+
+
+def quiet_apt(cmd, what, **kwargs):
+    """quiet() for apt-cache/apt-get download: on failure, update apt's lists once and retry."""
+    try:
+        return quiet(cmd, what, **kwargs)
+    except VmeshError:
+        if not apt_update_once():
+            raise
+        return quiet(cmd, what, **kwargs)
+
+
 def atomic_write(path, data):
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_bytes(data)
@@ -189,8 +214,8 @@ class KernelCache:
             with tempfile.TemporaryDirectory(prefix="download-", dir=self.dir) as tmp:
                 # apt's sandbox user must be able to write there.
                 os.chmod(tmp, 0o755)
-                quiet(["apt-get", "download", f"{package}:{self.arch.debian}"],
-                      f"downloading {package}", cwd=tmp)
+                quiet_apt(["apt-get", "download", f"{package}:{self.arch.debian}"],
+                          f"downloading {package}", cwd=tmp)
                 (deb,) = Path(tmp).glob("linux-image-*.deb")
                 os.replace(deb, kept)
         return kept
@@ -198,8 +223,12 @@ class KernelCache:
     def _kernel_package(self):
         # The concrete package that Debian's linux-image-<arch> points at now.
         meta = f"linux-image-{self.arch.debian}"
-        out = quiet(["apt-cache", "depends", f"{meta}:{self.arch.debian}"], "apt-cache depends")
-        found = re.findall(rf"Depends: (linux-image-[0-9][^\s:]*-{self.arch.debian})", out)
+        pattern = rf"Depends: (linux-image-[0-9][^\s:]*-{self.arch.debian})"
+        out = quiet_apt(["apt-cache", "depends", f"{meta}:{self.arch.debian}"], "apt-cache depends")
+        found = re.findall(pattern, out)
+        if not found and apt_update_once():  # no lists yet: apt-cache answers, but with nothing
+            out = quiet(["apt-cache", "depends", f"{meta}:{self.arch.debian}"], "apt-cache depends")
+            found = re.findall(pattern, out)
         if not found:
             hint = " (dpkg --add-architecture arm64 first)" if self.arch.name == "arm64" else ""
             raise VmeshError(f"cannot resolve {meta}; run `apt-get update`{hint} "
@@ -250,7 +279,7 @@ class KernelCache:
         have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
         missing = [f"{p}:{self.arch.debian}" for p in sorted(wanted - have)]
         if missing:
-            quiet(["apt-get", "download", *missing], "downloading the arm64 userland", cwd=debs)
+            quiet_apt(["apt-get", "download", *missing], "downloading the arm64 userland", cwd=debs)
         shutil.rmtree(self.userland, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="userland-", dir=self.dir) as tmp:
             root = Path(tmp) / "root"
@@ -279,8 +308,8 @@ class KernelCache:
             if not level:
                 return wanted
             wanted |= level
-            out = quiet(["apt-cache", "depends", *(f"{p}:{self.arch.debian}" for p in sorted(level))],
-                        "apt-cache depends")
+            out = quiet_apt(["apt-cache", "depends", *(f"{p}:{self.arch.debian}" for p in sorted(level))],
+                            "apt-cache depends")
             level = {d.split(":")[0] for d in
                      re.findall(r"^\s+\|?(?:Pre)?Depends: ([^<\s]\S*)", out, re.M)}
 
