@@ -371,6 +371,11 @@ void Comm::logLink(size_t link, int peerMtu) const {
 // --- completions and errors --------------------------------------------------------------
 
 ncclResult_t Comm::postBatch(int q, int count, bool signal) {
+  // A failed comm posts nothing more. The callers move their cursors as they build a batch
+  // (SendComm::postShare, postRelayed): after a post refused part of one, a completion that
+  // pumped the group again would skip the refused WRs and post the final immediate, and the
+  // receiver would report a message done with pieces never written.
+  if (failure_ != ncclSuccess) return failure_;
   if (count == 0) return ncclSuccess;
   for (int i = 0; i < count; ++i) wrs_[i].next = i + 1 < count ? &wrs_[i + 1] : nullptr;
   if (signal) wrs_[count - 1].send_flags |= IBV_SEND_SIGNALED;

@@ -271,7 +271,13 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   FakeRdma& f = F();
   FakeRdma::Qp* q = f.qpOf(qp);
   if (q == nullptr) return EINVAL;
+  int accept = f.postAcceptsThenRefuses;
+  f.postAcceptsThenRefuses = -1;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    if (accept >= 0 && accept-- == 0) {
+      *bad = w;
+      return EINVAL;  // the test's refusal (postAcceptsThenRefuses)
+    }
     if (static_cast<int>(q->sq.size()) >= q->maxSend) {
       *bad = w;
       return ENOMEM;  // the send queue is full: the caller's credits were wrong

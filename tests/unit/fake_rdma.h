@@ -155,6 +155,9 @@ class FakeRdma {
   Device* deviceByContext(ibv_context* ctx);
   static constexpr int kGidTableLen = 16;
   int gidTableLen = kGidTableLen;  // what query_port reports (rxe: 1024, mlx5 RoCE: 255)
+  // >= 0: the next ibv_post_send takes this many WRs of its chain, then refuses the rest
+  // (bad_wr at the first refused one, EINVAL), as a provider does with a WR it cannot take.
+  int postAcceptsThenRefuses = -1;
 
   Qp* qpOf(const ibv_qp* qp);
   Qp* qpByNumber(uint32_t qpn);

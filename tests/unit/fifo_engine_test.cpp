@@ -464,6 +464,59 @@ TEST_F(FifoEngine, HandleFromAnotherCommsDevicesIsRefused) {
   EXPECT_EQ(s, nullptr);
 }
 
+// ibv_post_send refuses part of a batch (bad_wr): the comm fails, and nothing more may be
+// posted on it. It went on: the next completion pumped the group again past the refused
+// WRs (its cursor had moved when the batch was built) and posted the final immediate, so
+// the receiver, another process that never sees the sender's error, reported the message
+// done with 22 of its 64 pieces never written.
+TEST(FifoPostFailure, ABatchThePostRefusesFailsTheCommAndNothingIsPostedAfter) {
+  FakeRdma fake;
+  PairOptions o;
+  o.maxWrBytes = 4096;  // B is 64 WRs, posted in batches of 32
+  FifoPair p(fake, o);
+  const size_t kA = 4096, kB = 64 * 4096;
+  Buffer* ra = p.buffer(false, kA, 0xee);
+  Buffer* rb = p.buffer(false, kB, 0xee);
+  Buffer* sa = p.buffer(true, kA, 0x11);
+  Buffer* sb = p.buffer(true, kB, 0x22);
+  int tag = 0;
+  Request* recvA = nullptr;
+  Request* recvB = nullptr;
+  auto post = [&](Buffer* b, size_t size, Request** out) {
+    void* d = b->data();
+    MrHandle* m = &b->mh;
+    return p.receiver()->irecv(1, &d, &size, &tag, &m, out);
+  };
+  ASSERT_EQ(post(ra, kA, &recvA), ncclSuccess);
+  ASSERT_EQ(post(rb, kB, &recvB), ncclSuccess);
+  ASSERT_NE(recvA, nullptr);
+  ASSERT_NE(recvB, nullptr);
+  fake.run();  // both FIFO slots reach the sender
+  Request* sendA = nullptr;
+  Request* sendB = nullptr;
+  ASSERT_EQ(p.sender()->isend(sa->data(), kA, 0, &sa->mh, &sendA), ncclSuccess);
+  ASSERT_EQ(p.sender()->isend(sb->data(), kB, 0, &sb->mh, &sendB), ncclSuccess);  // B's WRs 0..31
+  ASSERT_NE(sendA, nullptr);
+  ASSERT_NE(sendB, nullptr);
+  fake.run();  // A's final and B's first batch run: two completions wait on the sender's CQ
+
+  fake.postAcceptsThenRefuses = 10;  // B's WRs 32..63: the 11th is refused
+  int done = 0;
+  size_t sz[kGroupMax] = {};
+  EXPECT_EQ(p.sender()->test(sendB, &done, sz), ncclSystemError) << "the refused post fails the send comm";
+  EXPECT_EQ(done, 0);
+  fake.run();  // whatever the sender posted after the failure runs
+  for (int i = 0; i < 4; ++i) {
+    done = 0;
+    ASSERT_EQ(p.receiver()->test(recvB, &done, sz), ncclSuccess);
+    EXPECT_EQ(done, 0) << "the receiver completed a message the sender never finished";
+    fake.run();
+  }
+  done = 0;
+  EXPECT_NE(p.sender()->test(sendB, &done, sz), ncclSuccess);
+  EXPECT_EQ(done, 0) << "the sender reported the torn send done";
+}
+
 }  // namespace
 }  // namespace fake
 }  // namespace mesh
