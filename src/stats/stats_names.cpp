@@ -3,10 +3,12 @@
 // print them: label values, so they never change once published.
 #include "mesh/stats/stats.h"
 
+#include <string>
+
 namespace mesh {
 namespace stats {
 
-const char* flowKindName(FlowKind k) {
+std::string flowKindName(FlowKind k) {
   switch (k) {
     case FlowKind::Direct:
       return "direct";
@@ -15,7 +17,7 @@ const char* flowKindName(FlowKind k) {
     case FlowKind::Forwarded:
       return "forwarded";
   }
-  return "unknown";  // a slot written by a newer plugin
+  return "unknown_" + std::to_string(static_cast<int>(k));  // a slot written by a newer plugin
 }
 
 const char* eventName(int e) {

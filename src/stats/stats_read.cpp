@@ -115,7 +115,9 @@ bool processAlive(int64_t pid, uint64_t startTicks) {
 }
 
 bool readFile(const std::string& path, ProcessCounts* out, std::string* why) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO named *.stats (anyone may create one in a shared directory) would
+  // block the open until a writer came; the type is checked right after.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     *why = std::string("cannot open: ") + strerror(errno);
     return false;

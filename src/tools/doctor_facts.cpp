@@ -72,8 +72,20 @@ void readConfFile(const std::string& root, const std::string& path, DoctorFacts*
 void parseConfText(const std::string& text, ConfFile* out) {
   std::istringstream in(text);
   std::string line;
+  bool crlfNoted = false;
   for (int n = 1; std::getline(in, line); ++n) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && line.back() == '\r') {
+      // NCCL 2.30.3+ drops it (misc/param.cc setEnvFile); before, it stays in the value:
+      // "NCCL_NET_PLUGIN=mesh\r" names no plugin, and the job runs without this one.
+      line.pop_back();
+      if (!crlfNoted && !line.empty() && line[0] != '#' && line.find('=') != std::string::npos) {
+        crlfNoted = true;
+        out->problems.push_back(strf("line %d ends in a carriage return (Windows line endings): NCCL before "
+                                     "2.30.3 keeps it in the value, so '%s' does not set %s as meant; convert "
+                                     "the file (dos2unix, or sed -i 's/\\r$//')",
+                                     n, line.c_str(), trim(line.substr(0, line.find('='))).c_str()));
+      }
+    }
     if (line.empty() || line[0] == '#') continue;
     size_t eq = line.find('=');
     if (eq == std::string::npos) {

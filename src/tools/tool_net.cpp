@@ -30,6 +30,8 @@ bool waitFor(int fd, short events, CtrlClock::time_point deadline, const char* w
     pollfd p{fd, events, 0};
     int n = poll(&p, 1, msLeft(deadline));
     if (n > 0) return true;
+    // msLeft caps one poll at 2^30 ms (12.4 days): a longer wait (--serve) polls again.
+    if (n == 0 && CtrlClock::now() < deadline) continue;
     if (n == 0) {
       *error = std::string("timed out ") + what;
       return false;

@@ -7,7 +7,8 @@
 # variable named once; --routes names an unusable static route, and a malformed
 # NCCL_MESH_ROUTES is one WARN naming its entry; --listen's command-line errors, and no
 # listening without a port; --subnets without a port; --ring-order without RDMA on a shuffled
-# 4-ring, a 4-line from stdin, a malformed line and a duplicate node (exit 2, the line named).
+# 4-ring, a 4-line from stdin, a malformed line and a duplicate node (exit 2, the line named), a
+# directory (exit 2).
 foreach(var INFO PERF VERSION)
   if(NOT ${var})
     message(FATAL_ERROR "${var} not set")
@@ -90,6 +91,9 @@ check("--ring-order with a node listed twice: exit 2, both lines named" 2
       "node 'nodeA' is listed twice \\(line 1 and line 3\\)" ${INFO} --ring-order ${bad})
 check("--ring-order on a missing file: exit 2" 2 "--ring-order: cannot read '/nonexistent/nodes\\.txt'"
       ${INFO} --ring-order /nonexistent/nodes.txt)
+# A directory threw out of the stream's read (std::terminate, exit 134).
+check("--ring-order on a directory: exit 2" 2 "--ring-order: cannot read '${CMAKE_CURRENT_BINARY_DIR}'"
+      ${INFO} --ring-order ${CMAKE_CURRENT_BINARY_DIR})
 check("--routes --listen without a port: exit 1 at once, the table computed, nothing heard" 1
       "Relay routes \\(computed[^\n]*\n[^\n]*: 0\n"
       NOT "learned by listening"

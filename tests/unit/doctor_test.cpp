@@ -285,12 +285,25 @@ TEST_F(DoctorTest, WritesNothingInTheTree) {
 
 TEST(DoctorHelpers, ConfParsingFollowsNccl) {
   ConfFile f;
-  parseConfText("# c\n\nA=1\r\nB==2\nC\n", &f);
+  parseConfText("# c\n\nA=1\nB==2\nC\n", &f);
   ASSERT_EQ(f.entries.size(), 2u);
   EXPECT_EQ(f.entries[0], std::make_pair(std::string("A"), std::string("1")));
   EXPECT_EQ(f.entries[1], std::make_pair(std::string("B"), std::string("=2")));
   ASSERT_EQ(f.problems.size(), 1u);
   EXPECT_NE(f.problems[0].find("line 5"), std::string::npos);
+}
+
+// A file saved with Windows line endings: NCCL 2.30.3+ drops the '\r', earlier NCCL (2.28,
+// what most containers ship) keeps it, so "NCCL_NET_PLUGIN=mesh\r" loads no plugin. The
+// doctor said OK; it now names the first such line, once.
+TEST(DoctorHelpers, ConfLinesWithCarriageReturnsAreNamed) {
+  ConfFile f;
+  parseConfText("# a comment\r\nNCCL_NET_PLUGIN=mesh\r\nNCCL_NET=Mesh\r\n", &f);
+  ASSERT_EQ(f.entries.size(), 2u);
+  EXPECT_EQ(f.entries[0].second, "mesh");
+  ASSERT_EQ(f.problems.size(), 1u);
+  EXPECT_NE(f.problems[0].find("line 2 ends in a carriage return"), std::string::npos) << f.problems[0];
+  EXPECT_NE(f.problems[0].find("NCCL before 2.30.3 keeps it"), std::string::npos) << f.problems[0];
 }
 
 TEST(DoctorHelpers, PluginNamesAsNcclOpensThem) {

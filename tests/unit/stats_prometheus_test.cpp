@@ -335,6 +335,27 @@ TEST(Prometheus, TheFiguresAreTheTotals) {
   EXPECT_EQ(samplesOf(x, "nccl_mesh_nic_hw_counter_total"), 3);
 }
 
+// Flow kinds a newer plugin wrote (its layout is the same) are each their own series:
+// two under one "unknown" label made duplicate samples, which node_exporter refuses.
+TEST(Prometheus, FlowKindsOfANewerPluginAreSeriesOfTheirOwn) {
+  Totals t = sampleTotals();
+  FlowCount seven, eight;
+  seven.kind = static_cast<FlowKind>(7);
+  eight.kind = static_cast<FlowKind>(8);
+  seven.peerAddr = eight.peerAddr = kC;
+  seven.txBytes = 70;
+  eight.txBytes = 80;
+  t.flows.push_back(seven);
+  t.flows.push_back(eight);
+  Exposition x = parse(prometheusText(t, {}, {}));
+  ASSERT_TRUE(x.errors.empty()) << ::testing::PrintToString(x.errors);
+  EXPECT_EQ(flowKindName(static_cast<FlowKind>(7)), "unknown_7");
+  EXPECT_EQ(valueOf(x, "nccl_mesh_flow_bytes_total",
+                    {{"kind", "unknown_8"}, {"peer", "198.18.1.3"}, {"via", ""}, {"origin", ""},
+                     {"direction", "tx"}}),
+            "80");
+}
+
 TEST(Prometheus, NothingCountedIsProcessesAndEventsOnly) {
   std::string text = prometheusText(Totals(), {}, {});
   Exposition x = parse(text);

@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "mesh/stats/stats.h"
 #include "temp_dir.h"
 
@@ -203,6 +206,17 @@ TEST_F(StatsDir, ForeignShortAndOtherVersionFilesAreNamedNotRead) {
   EXPECT_NE(all.find("junk.stats: not an nccl-mesh stats file"), std::string::npos) << all;
   EXPECT_NE(all.find("v9.stats: layout version 9"), std::string::npos) << all;
   EXPECT_TRUE(readDir(root_ + "/nonexistent", true).warnings.empty()) << "no directory: no job, no warning";
+}
+
+// Anyone may put a FIFO named *.stats in a shared stats directory: opening it for reading
+// blocked until a writer came, and root's --prometheus exporter hung at its first sample.
+TEST_F(StatsDir, AFifoNamedLikeAStatsFileIsNamedNotWaitedOn) {
+  std::string path = open();
+  ASSERT_EQ(mkfifo((dir_ + "/pipe.stats").c_str(), 0600), 0) << strerror(errno);
+  ReadResult r = readDir(dir_, true);  // returns: a hang here fails by the test's timeout
+  ASSERT_EQ(r.processes.size(), 1u);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("pipe.stats: not a regular file"), std::string::npos) << r.warnings[0];
 }
 
 // A process killed by a signal leaves its file: the reader removes it (ours) and goes on.

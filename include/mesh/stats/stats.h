@@ -42,7 +42,9 @@ enum class FlowKind : uint32_t {
   Relayed = 2,    // our comm to `peer` that goes through the relay node `via`
   Forwarded = 3,  // this node's relay moves `origin`'s bytes on to `peer`
 };
-const char* flowKindName(FlowKind k);
+// "direct", "relayed", "forwarded"; "unknown_<n>" for a kind a newer plugin wrote (each its own
+// name: a Prometheus series per kind, never two alike).
+std::string flowKindName(FlowKind k);
 
 // Process-wide events (StatsHeader::events[]).
 enum Event : int {

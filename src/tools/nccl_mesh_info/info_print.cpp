@@ -329,12 +329,14 @@ int printRingOrder(const std::string& file) {
   if (file == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    std::ifstream in(file);
-    if (!in) {
-      fprintf(stderr, "nccl-mesh-info: --ring-order: cannot read '%s': %s\n", file.c_str(), strerror(errno));
+    // readTextFile, not an ifstream: reading a directory throws from the stream's buffer.
+    std::string why;
+    if (!mesh::readTextFile(file, &text, &why, 16u << 20)) {
+      size_t cause = why.rfind(": ");  // readTextFile says "cannot read PATH: <reason>"
+      fprintf(stderr, "nccl-mesh-info: --ring-order: cannot read '%s': %s\n", file.c_str(),
+              cause == std::string::npos ? why.c_str() : why.c_str() + cause + 2);
       return kExitBadInput;
     }
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   std::vector<mesh::RingNode> nodes;
   std::string error;
