@@ -426,6 +426,12 @@ void RouteService::Core::sendHellos() {
     uint64_t seq = std::max(lastSeq + 1, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                              std::chrono::system_clock::now().time_since_epoch()).count()));
     lastSeq = seq;
+    // Whether the records fit is measured on the records themselves: measured on what was
+    // last advertised, an overflow HELLO (no records: small) read as "fits" and the next
+    // burst's full records as "does not", flipping every burst, and every other burst's
+    // HELLO could not be encoded at all.
+    bool was = topology.ownOverflow();
+    topology.setOwnOverflow(false);
     HelloTopology mine = topology.advertise(seq);
     bool overflow = false;
     for (size_t i = 0; i < senders.size(); ++i) {
@@ -433,11 +439,9 @@ void RouteService::Core::sendHellos() {
       msgs[i].hello = table.helloFor(ports[senders[i].nic].index);
       overflow = overflow || relayHelloSize(msgs[i].hello, mine) > kRelayMaxHello;
     }
-    if (overflow != topology.ownOverflow()) {
-      topology.setOwnOverflow(overflow);
-      noteAgreementLocked();
-      mine = topology.advertise(seq);
-    }
+    topology.setOwnOverflow(overflow);
+    if (overflow) mine = topology.advertise(seq);
+    if (overflow != was) noteAgreementLocked();
     for (RelayMessage& m : msgs) m.topology = mine;
   }
   for (size_t i = 0; i < senders.size(); ++i) {

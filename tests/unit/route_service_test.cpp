@@ -413,5 +413,55 @@ TEST(RouteService, NeighbourGoesWhenSilent) {
   pair.reactor.stop();
 }
 
+// A view within the counts (16 nodes) whose records do not fit one datagram: the node sends
+// its HELLOs as overflow, every burst. It measured the fit on what it had advertised last,
+// so an overflow HELLO (no records) read as "fits", the next burst's full records failed to
+// encode, and so on: every other burst sent nothing, with a WARN each time, and the picture
+// never settled. A neighbour floods 14 made-up origins with 12 neighbours each (~1850 bytes).
+TEST(RouteService, ARecordSetTooLongForOneDatagramIsSentAsOverflowEveryBurst) {
+  testing_support::WarnCapture warnings;
+  Pair pair;
+  pair.start();
+  ASSERT_TRUE(waitFor([&] { return pair.converged(); }));
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in local = udpTo(ip("127.0.1.9"), 0);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0) << strerror(errno);
+  sockaddr_in to = udpTo(ip("127.0.1.2"), pair.portB.load());
+  for (int half = 0; half < 2; ++half) {  // two datagrams of 7 records
+    RelayMessage m;
+    m.type = RelayType::Hello;
+    m.hello.node = 0x7000;
+    m.hello.addrs = {Ipv4Prefix{ip("127.0.1.9"), 24}};
+    for (int i = half * 7; i < half * 7 + 7; ++i) {
+      TopologyRecord r;
+      r.origin = 0x7000 + static_cast<NodeId>(i);
+      r.seq = 1;
+      r.addrs = {Ipv4Prefix{ip("127.0.9.1") + static_cast<uint32_t>(4 * i), 30}};
+      for (int j = 0; j < 13; ++j) {
+        if (j != i) r.neighbours.push_back(0x7000 + static_cast<NodeId>(j));
+      }
+      m.topology.records.push_back(r);
+    }
+    std::vector<uint8_t> bytes;
+    std::string why;
+    ASSERT_TRUE(encodeRelay(m, &bytes, &why)) << why;
+    ASSERT_EQ(sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  close(fd);
+  ASSERT_TRUE(waitFor([&] { return pair.b->records().size() == 16; })) << pair.b->records().size();
+  // Five bursts that sent (the broken node needed about ten, half of them failing).
+  uint64_t sent0 = pair.b->counters().hellosSent;
+  EXPECT_TRUE(waitFor([&] { return pair.b->counters().hellosSent >= sent0 + 5; }));
+  EXPECT_EQ(pair.b->records().size(), 16u) << "the view changed under the test";
+  pair.a->stop();
+  pair.b->stop();
+  pair.reactor.stop();
+  size_t encodeWarns = 0;
+  for (const std::string& w : warnings.lines()) encodeWarns += w.find("cannot encode") != std::string::npos;
+  EXPECT_EQ(encodeWarns, 0u) << "a burst whose HELLO could not be encoded (sent as full records, too long)";
+}
+
 }  // namespace
 }  // namespace mesh
