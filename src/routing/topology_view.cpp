@@ -3,6 +3,7 @@
 #include "mesh/routing/topology_view.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "mesh/platform/ipv4.h"
 
@@ -36,7 +37,12 @@ bool TopologyView::replan() {
   nodes.push_back({self_, ownAddrs_, ownNeighbours_});
   for (const auto& [origin, h] : held_) nodes.push_back({origin, h.record.addrs, h.record.neighbours});
   std::vector<PlanNode> canonical = canonicalNodes(nodes);
+  planPending_ = false;
   if (!plan_.nodes.empty() && canonical == plan_.nodes) return false;
+  if (planGapMs_ > 0 && nowMs_ < plannedAtMs_ + planGapMs_) {
+    planPending_ = true;  // expire() plans it once the gap has passed
+    return false;
+  }
   if (canonical.size() > kTopologyMaxRecords) {
     // Sent as overflow, so never used: the picture alone (closure() reads it), no paths.
     plan_ = RoutePlan();
@@ -44,7 +50,11 @@ bool TopologyView::replan() {
     plan_.nodes = std::move(canonical);
     return true;
   }
+  auto started = std::chrono::steady_clock::now();
   plan_ = planRoutes(std::move(canonical), maxHops_);
+  auto tookMs = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+  planGapMs_ = 4 * static_cast<uint64_t>(tookMs.count());
+  plannedAtMs_ = nowMs_;
   return true;
 }
 
@@ -56,12 +66,14 @@ bool TopologyView::countsFit() const {
 bool TopologyView::setOwn(std::vector<Ipv4Prefix> addrs, std::vector<NodeId> neighbours) {
   std::sort(neighbours.begin(), neighbours.end());
   neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
+  bool ownChanged = addrs != ownAddrs_ || neighbours != ownNeighbours_;
   ownAddrs_ = std::move(addrs);
   ownNeighbours_ = std::move(neighbours);
-  return replan();
+  return replan() || ownChanged;
 }
 
 bool TopologyView::onHello(NodeId sender, const HelloTopology& t, uint64_t nowMs) {
+  nowMs_ = std::max(nowMs_, nowMs);
   bool changed = false;
   if (t.overflow) {
     // Any one keeps the plan off; more only cost memory. A mark not kept changes nothing (so
@@ -90,6 +102,7 @@ bool TopologyView::onHello(NodeId sender, const HelloTopology& t, uint64_t nowMs
 }
 
 bool TopologyView::expire(uint64_t nowMs) {
+  nowMs_ = std::max(nowMs_, nowMs);
   auto stale = [this, nowMs](uint64_t since) { return nowMs > since && nowMs - since > holdMs_; };
   bool gone = false;
   for (auto it = held_.begin(); it != held_.end();) {
@@ -107,8 +120,8 @@ bool TopologyView::expire(uint64_t nowMs) {
     gone = gone || drop;
     it = drop ? overflowSeenMs_.erase(it) : std::next(it);
   }
-  if (gone) replan();
-  return gone;
+  bool planned = (gone || planPending_) && replan();
+  return gone || planned;
 }
 
 HelloTopology TopologyView::advertise(uint64_t ownSeq) const {

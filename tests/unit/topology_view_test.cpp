@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <memory>
 #include <set>
+#include <vector>
 
 namespace mesh {
 namespace {
@@ -302,6 +303,51 @@ TEST(TopologyView, AViewOfMoreNodesThanOneHelloCarriesIsOverflowAndNotPlanned) {
     EXPECT_NE(a.why.find("17 nodes, 2 heard by this node) is more than one HELLO carries (16 nodes"),
               std::string::npos) << a.why;
   }
+}
+
+// A dense 16-node picture (K8,8: every node of one half cabled to every node of the other)
+// takes the planner 0.1-0.4 s. A sender on the link that changed one record with every
+// datagram made the reactor thread plan for every datagram, holding the lock NCCL's
+// threads read routes under. A change inside the gap after a plan waits; expire() plans it.
+TEST(TopologyView, PlansComeAtMostOncePerGapAndAPutOffOneIsMadeLater) {
+  auto node = [](int n) { return static_cast<NodeId>(0xC000 + n); };
+  auto cable = [](int a, int b, int end) {  // a in 0..7, b in 8..15: cable 8a+b-8, /30 each
+    uint32_t base = (198u << 24) | (18u << 16) | (static_cast<uint32_t>(8 * a + b - 8) << 2);
+    return Ipv4Prefix{base + 1 + static_cast<uint32_t>(end), 30};
+  };
+  auto record = [&](int n, uint64_t seq, int leaveOut) {
+    TopologyRecord r;
+    r.origin = node(n);
+    r.seq = seq;
+    for (int m = (n < 8 ? 8 : 0); m < (n < 8 ? 16 : 8); ++m) {
+      if (m == leaveOut) continue;
+      r.addrs.push_back(n < 8 ? cable(n, m, 0) : cable(m, n, 1));
+      r.neighbours.push_back(node(m));
+    }
+    return r;
+  };
+  TopologyView v(node(0), 2, /*holdMs=*/3600 * 1000);  // nothing expires however slow the planner
+  TopologyRecord own = record(0, 0, -1);
+  v.setOwn(own.addrs, own.neighbours);
+  HelloTopology all;
+  for (int n = 1; n < 16; ++n) all.records.push_back(record(n, 1, -1));
+  v.onHello(node(8), all, 1000);
+  ASSERT_EQ(v.plan().nodes.size(), 16u);
+  uint64_t gap = v.planGapMs();
+  ASSERT_GT(gap, 0u) << "the K8,8 plan took under a millisecond: nothing to put off here";
+  std::vector<PlanNode> before = v.plan().nodes;
+
+  // Node 9 loses its cable to node 7, at once after the plan: the change waits.
+  HelloTopology change;
+  change.records.push_back(record(9, 2, 7));
+  EXPECT_TRUE(v.onHello(node(8), change, 1000)) << "the records changed (neighbours hear of it at once)";
+  EXPECT_TRUE(v.planPending());
+  EXPECT_EQ(v.plan().nodes, before) << "planned again inside the gap";
+  EXPECT_FALSE(v.expire(1000 + gap - 1));
+  EXPECT_TRUE(v.planPending());
+  EXPECT_TRUE(v.expire(1000 + gap)) << "the gap has passed: the put-off plan is made";
+  EXPECT_FALSE(v.planPending());
+  EXPECT_NE(v.plan().nodes, before);
 }
 
 // A node that hears more nodes than one record may list (16 on one switch) sends its view as

@@ -88,7 +88,7 @@ class TopologyView {
   TopologyView(NodeId self, int maxHops, uint64_t holdMs);
 
   // This node's own adjacency: the addresses its HELLOs list and the nodes it hears.
-  // Returns whether the plan changed.
+  // Returns whether it, or the plan, changed.
   bool setOwn(std::vector<Ipv4Prefix> addrs, std::vector<NodeId> neighbours);
   // This node's view does not fit one HELLO (the sender found out encoding it).
   void setOwnOverflow(bool overflow) { ownOverflow_ = overflow; }
@@ -100,8 +100,16 @@ class TopologyView {
   // of what this node holds changed (a record's addresses, neighbours or digests, a node
   // new or an overflow), i.e. whether its neighbours should hear at once.
   bool onHello(NodeId sender, const HelloTopology& t, uint64_t nowMs);
-  // Drops records and overflow marks not renewed since nowMs - holdMs. Returns whether any went.
+  // Drops records and overflow marks not renewed since nowMs - holdMs, and makes a plan that
+  // was put off (below) once its gap has passed. Returns whether anything went or the plan
+  // changed.
   bool expire(uint64_t nowMs);
+  // Planning a dense 16-node picture takes 0.1-0.4 s of the reactor thread. A new plan comes
+  // at most once per this gap (4 x the last plan's time, 0 under a millisecond); a change
+  // inside it is planned by expire() once the gap has passed, so that a sender changing its
+  // records with every datagram cannot keep the reactor planning.
+  uint64_t planGapMs() const { return planGapMs_; }
+  bool planPending() const { return planPending_; }
 
   // What this node's HELLOs carry: its own record numbered ownSeq with the current digests,
   // then every record it holds, by origin.
@@ -133,6 +141,10 @@ class TopologyView {
   std::map<NodeId, Held> tombstones_;         // expired records: refused until renewedMs + 3 x holdMs
   std::map<NodeId, uint64_t> overflowSeenMs_;  // senders that said overflow, when last
   RoutePlan plan_;
+  uint64_t nowMs_ = 0;        // the latest time onHello/expire were given
+  uint64_t plannedAtMs_ = 0;  // when plan_ was made
+  uint64_t planGapMs_ = 0;
+  bool planPending_ = false;
 };
 
 }  // namespace mesh
