@@ -259,12 +259,18 @@ std::vector<Setting> buildTable() {
       stringSetting("NCCL_MESH_HCA", "",
                     "RDMA devices/ports to use, in NCCL_IB_HCA syntax: prefix match, "
                     "'=' exact names, '^' exclude, 'dev:port' one port (e.g. "
-                    "'^=mlx5_2:1'); empty = every ACTIVE RoCEv2 port",
+                    "'^=mlx5_2:1'; 'dev:' every port; NCCL 2.30's 'dev:port:rail:plane' is "
+                    "read, rail and plane ignored); a malformed entry (WARN) selects nothing, "
+                    "so a list of only such entries selects no port; empty = every ACTIVE "
+                    "RoCEv2 port",
                     &Config::hca),
       devicesSetting(),
       intSetting("NCCL_MESH_SPEED", "0",
-                 "Link speed reported to NCCL, in Mbps; 0 = the port's own speed "
-                 "(set it when a driver such as rxe reports a wrong one)",
+                 "Link speed reported to NCCL, in Mbps; 0 = the port's own speed, read as "
+                 "NCCL's IB transport reads it (`ibv_query_port_speed` on rdma-core 62+, "
+                 "else `active_speed_ex` on 49+, else `active_speed`, times the width; "
+                 "`nccl-mesh-info` shows it per port). Set it when a driver such as rxe "
+                 "reports a wrong one",
                  &Config::speedMbps, 0, INT_MAX),
       intSetting("NCCL_MESH_GID_INDEX", "-1",
                  "RoCE GID index used on every port, as NCCL_IB_GID_INDEX; -1 = the RoCEv2 "
