@@ -29,14 +29,24 @@ void buildNode(FakeRdma& fake, Discovery* disc, const std::string& name, const s
 }
 
 // A -> relay 1 -> ... -> relay k -> C; link i (198.18.i.0/24) joins node i (.1) and node
-// i+1 (.2); a relay's leg is on its device 0, its hop on device 1.
+// i+1 (.2); a relay's leg is on its device 0, its hop on device 1. With two functions (a
+// Spark cable: two PCIe functions, two RDMA devices, per end) every hop is also link 10+i
+// (198.18.(10+i).0/24): A on a0 and a1, a relay's leg on d0 and d2, its hop on d1 and d3,
+// C on c0 and c1.
 class RelayChain {
  public:
-  RelayChain(FakeRdma& fake, RelayGeometry geo, int qpsPerLink = 1, int relays = 1) : fake_(fake) {
+  RelayChain(FakeRdma& fake, RelayGeometry geo, int qpsPerLink = 1, int relays = 1, int functions = 1)
+      : fake_(fake) {
     nodes_.resize(static_cast<size_t>(relays) + 2);
-    buildNode(fake, &nodes_[0], "a", {ip(0, 1)});
-    for (int i = 1; i <= relays; ++i) buildNode(fake, &nodes_[i], "r" + std::to_string(i) + "d", {ip(i - 1, 2), ip(i, 1)});
-    buildNode(fake, &nodes_[relays + 1], "c", {ip(relays, 2)});
+    bool two = functions == 2;
+    buildNode(fake, &nodes_[0], "a", two ? std::vector<uint32_t>{ip(0, 1), ip(10, 1)} : std::vector<uint32_t>{ip(0, 1)});
+    for (int i = 1; i <= relays; ++i) {
+      std::vector<uint32_t> addrs = {ip(i - 1, 2), ip(i, 1)};
+      if (two) addrs.insert(addrs.end(), {ip(10 + i - 1, 2), ip(10 + i, 1)});
+      buildNode(fake, &nodes_[i], "r" + std::to_string(i) + "d", addrs);
+    }
+    buildNode(fake, &nodes_[relays + 1], "c",
+              two ? std::vector<uint32_t>{ip(relays, 2), ip(10 + relays, 2)} : std::vector<uint32_t>{ip(relays, 2)});
     CommSettings s;
     s.ops = fake.ops();
     s.qpsPerLink = qpsPerLink;
@@ -53,8 +63,14 @@ class RelayChain {
     for (int i = 0; i <= relays; ++i) {
       HsMessage hello, accept;
       int sendNic = i == 0 ? 0 : 1;
-      EXPECT_EQ(senders[i]->prepare({fakeRoute(sendNic, ip(i, 1), ip(i, 2))}, 0, &hello), ncclSuccess);
-      EXPECT_EQ(receivers[i]->prepare({fakeRoute(0, ip(i, 2), ip(i, 1))}, 0, &accept), ncclSuccess);
+      std::vector<Route> out = {fakeRoute(sendNic, ip(i, 1), ip(i, 2))};
+      std::vector<Route> in = {fakeRoute(0, ip(i, 2), ip(i, 1))};
+      if (two) {
+        out.push_back(fakeRoute(i == 0 ? 1 : 3, ip(10 + i, 1), ip(10 + i, 2)));
+        in.push_back(fakeRoute(i == relays ? 1 : 2, ip(10 + i, 2), ip(10 + i, 1)));
+      }
+      EXPECT_EQ(senders[i]->prepare(out, 0, &hello), ncclSuccess);
+      EXPECT_EQ(receivers[i]->prepare(in, 0, &accept), ncclSuccess);
       EXPECT_EQ(receivers[i]->activate(hello, &accept), ncclSuccess);
       EXPECT_EQ(senders[i]->activate(accept), ncclSuccess);
     }
@@ -253,6 +269,27 @@ TEST(RelayLink, EveryQpOfBothLegsCarriesItsShare) {
         EXPECT_NEAR(share, 1.0 / qps, 0.02) << dev << " QP " << qpn << " of " << qps;
       }
     }
+  }
+}
+
+// A Spark cable at both hops (two functions, each its own RDMA device and link): relayed
+// pieces go over both of A's functions and both of the relay's onward ones, about half each,
+// and the data stays exact. The tests above put several QPs on one link only.
+TEST(RelayLink, BothFunctionsOfASparkCableCarryHalfAtBothHops) {
+  FakeRdma fake;
+  RelayChain chain(fake, RelayGeometry{8, 4096}, /*qpsPerLink=*/1, /*relays=*/1, /*functions=*/2);
+  std::mt19937 rng(5);
+  constexpr size_t kSize = 96 * 4096;
+  for (uint32_t i = 0; i < 6; ++i) exchange(chain, kSize, kSize, 700 + i, &rng);
+  for (auto [f0, f1] : {std::make_pair("a0", "a1"), std::make_pair("r1d1", "r1d3")}) {
+    auto written = [&](const char* dev) {
+      uint64_t total = 0;
+      for (uint32_t qpn : fake.qpnsOn(dev)) total += fake.bytesWritten(qpn);
+      return total;
+    };
+    uint64_t a = written(f0), b = written(f1);
+    EXPECT_GE(a + b, 6 * kSize) << f0 << " + " << f1;
+    EXPECT_NEAR(static_cast<double>(a) / static_cast<double>(a + b), 0.5, 0.05) << f0 << " " << a << ", " << f1 << " " << b;
   }
 }
 
