@@ -47,7 +47,8 @@ class ContextRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     // Test-only (MESH_TEST_CONTEXT_HOLD_MS, AbiVersions.AChildForkedWhileTheProxyThread...):
     // each lookup holds the lock that long, so that a fork lands while it is held.
-    static const int holdMs = atoi(getenv("MESH_TEST_CONTEXT_HOLD_MS") ? getenv("MESH_TEST_CONTEXT_HOLD_MS") : "0");
+    static const char* hold = getenv("MESH_TEST_CONTEXT_HOLD_MS");
+    static const int holdMs = hold != nullptr ? atoi(hold) : 0;
     if (holdMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(holdMs));
     auto it = live_.find(key);
     if (it == live_.end()) return false;

@@ -5,9 +5,7 @@
 #include "mesh/routing/routes.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
-#include <iterator>
 #include <tuple>
 
 #include "mesh/platform/text.h"
@@ -226,9 +224,9 @@ bool RouteTable::onHello(int localPort, const NodeHello& hello, uint64_t nowMs, 
   }
   auto key = std::make_pair(localPort, hello.node);
   if (neighbours_.count(key) == 0) {
-    auto first = neighbours_.lower_bound({localPort, NodeId{0}});
-    auto end = localPort == INT_MAX ? neighbours_.end() : neighbours_.lower_bound({localPort + 1, NodeId{0}});
-    if (static_cast<size_t>(std::distance(first, end)) >= kRouteMaxNeighboursPerPort) {
+    size_t onPort = 0;
+    for (const auto& kv : neighbours_) onPort += kv.first.first == localPort ? 1 : 0;
+    if (onPort >= kRouteMaxNeighboursPerPort) {
       *why = from + ": " + describePort(*p) + " already holds " + std::to_string(kRouteMaxNeighboursPerPort) +
              " neighbours, more than a mesh has (a misbehaving sender on the link?); a new one waits until one "
              "expires";

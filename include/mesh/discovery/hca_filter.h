@@ -29,7 +29,8 @@ struct HcaFilter {
 
 // Parses a filter; malformed entries (empty names, bad port numbers) are reported in
 // *error (if given) and skipped: they select nothing, as in NCCL (whose atoi makes a bad
-// port 0, which no port is), so an include list of only such entries selects no device. The messages do not name the variable: the caller does.
+// port 0, which no port is), so an include list of only such entries selects no device.
+// The messages do not name the variable: the caller does.
 HcaFilter parseHcaFilter(const std::string& spec, std::string* error = nullptr);
 bool hcaMatches(const HcaFilter& filter, const std::string& device, int port);
 
