@@ -611,7 +611,7 @@ void Handshaker::closeListener(std::shared_ptr<Listener> l) {
     }
     l->ready.clear();
   };
-  if (!reactor_->post(teardown)) teardown();
+  reactor_->postOrRun("a listener's close", teardown);
 }
 
 ncclResult_t Handshaker::startConnect(const Handle& handle, const std::vector<Route>& routes,
@@ -665,7 +665,7 @@ void Handshaker::discardConnect(std::shared_ptr<Connector> c) {
       c->result.reset();
     }
   };
-  if (!reactor_->post(discard)) discard();
+  reactor_->postOrRun("a connect's discard", discard);
 }
 
 namespace {
@@ -757,11 +757,7 @@ void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& pe
 
 void Handshaker::closeControl(const std::shared_ptr<ControlLink>& control) {
   if (control == nullptr) return;
-  auto doClose = [this, control] { closeFd(reactor_, &control->fd); };
-  if (!reactor_->post(doClose) && control->fd >= 0) {
-    closeStream(control->fd);
-    control->fd = -1;
-  }
+  reactor_->postOrRun("a control connection's close", [this, control] { closeFd(reactor_, &control->fd); });
 }
 
 }  // namespace mesh

@@ -42,12 +42,21 @@ ncclResult_t Reactor::start() {
   }
   stopping_.store(false);
   running_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(tasksMutex_);
+    accepting_ = true;
+  }
   try {
     thread_ = std::thread([this] { run(); });
     // Named before start() returns, so that `top -H`, gdb and the ABI tests can tell it
     // from the host's threads as soon as init has returned. A failure only loses the name.
     pthread_setname_np(thread_.native_handle(), kThreadName);
   } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(tasksMutex_);
+      accepting_ = false;
+      tasks_.clear();
+    }
     running_.store(false);
     close(wakeFd_);
     close(epollFd_);
@@ -61,44 +70,45 @@ ncclResult_t Reactor::start() {
 void Reactor::stop() {
   if (!thread_.joinable()) return;
   {
-    // Under the lock: a post() either queued its task before this point or is refused.
+    // Under the lock, as post() writes: the eventfd is open until the thread has refused
+    // every later post (finalDrain), which happens before the join returns.
     std::lock_guard<std::mutex> lock(tasksMutex_);
     stopping_.store(true, std::memory_order_release);
+    uint64_t one = 1;
+    if (write(wakeFd_, &one, sizeof(one)) < 0) { /* the loop also polls stopping_ */ }
   }
-  uint64_t one = 1;
-  if (write(wakeFd_, &one, sizeof(one)) < 0) { /* the loop also polls stopping_ */ }
   thread_.join();
   running_.store(false, std::memory_order_release);
-  // Every accepted task runs exactly once: those the loop did not reach run here, on the
-  // stopping thread (the reactor thread is gone). They are mostly closes and teardowns,
-  // posted just before an unload; dropping them leaked their sockets.
-  std::vector<Task> rest;
-  {
-    std::lock_guard<std::mutex> lock(tasksMutex_);
-    rest.swap(tasks_);
-  }
-  // post() refuses now, so tasks_ stays empty and unallocated. On the stopping thread (NCCL's,
-  // or the library destructor's): nothing may escape from here either.
-  for (Task& t : rest) runGuarded("mesh-handshake (stopping)", "a task", t);
+  // Every accepted task has run on the reactor thread (finalDrain); post() refuses now, and
+  // a refused caller runs its work inline under inlineMutex_, which this teardown holds too.
   // The plugin's reactor lives in static storage that disappears with the library.
+  std::lock_guard<std::recursive_mutex> inlineLock(inlineMutex_);
   releaseStatic(handlers_);
   releaseStatic(timers_);
+  std::lock_guard<std::mutex> lock(tasksMutex_);
+  releaseStatic(tasks_);
   close(wakeFd_);
   close(epollFd_);
   wakeFd_ = epollFd_ = -1;
 }
 
 bool Reactor::post(Task fn) {
-  {
-    std::lock_guard<std::mutex> lock(tasksMutex_);
-    if (!running() || stopping_.load(std::memory_order_acquire)) return false;
-    tasks_.push_back(std::move(fn));
-  }
+  std::lock_guard<std::mutex> lock(tasksMutex_);
+  if (!accepting_) return false;
+  tasks_.push_back(std::move(fn));
+  // Under the lock: stop() cannot close the eventfd between the queueing and this write.
   uint64_t one = 1;
   if (write(wakeFd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
     MESH_WARN("reactor wake-up failed: %s", strerror(errno));
   }
   return true;
+}
+
+bool Reactor::postOrRun(const char* what, Task fn) {
+  if (post(fn)) return true;
+  std::lock_guard<std::recursive_mutex> lock(inlineMutex_);
+  runGuarded("mesh-handshake (inline)", what, fn);
+  return false;
 }
 
 ncclResult_t Reactor::watch(int fd, uint32_t events, Handler handler) {
@@ -139,6 +149,25 @@ void Reactor::drainTasks() {
   for (Task& t : tasks) runGuarded("mesh-handshake", "a task", t);
 }
 
+// The loop's last act: every task accepted runs here, on this thread (mostly closes and
+// teardowns posted just before an unload; dropping them leaked their sockets), including
+// those the tasks post; post() refuses from the moment the queue is found empty, so a
+// refused caller knows this thread will never touch handlers_ or timers_ again.
+void Reactor::finalDrain() {
+  for (;;) {
+    std::vector<Task> tasks;
+    {
+      std::lock_guard<std::mutex> lock(tasksMutex_);
+      if (tasks_.empty()) {
+        accepting_ = false;
+        return;
+      }
+      tasks.swap(tasks_);
+    }
+    for (Task& t : tasks) runGuarded("mesh-handshake (stopping)", "a task", t);
+  }
+}
+
 void Reactor::fireTimers() {
   Clock::time_point now = Clock::now();
   for (size_t i = 0; i < timers_.size();) {
@@ -175,7 +204,7 @@ void Reactor::run() {
     int n = epoll_wait(epollFd_, events, 64, nextTimeoutMs());
     if (n < 0 && errno != EINTR) {
       MESH_WARN("epoll_wait failed: %s; handshake reactor stops", strerror(errno));
-      stopping_.store(true, std::memory_order_release);  // post() refuses from now on
+      stopping_.store(true, std::memory_order_release);  // finalDrain: post() refuses
       break;
     }
     for (int i = 0; i < n && !stopping_.load(std::memory_order_acquire); ++i) {
@@ -191,6 +220,7 @@ void Reactor::run() {
     drainTasks();
     fireTimers();
   }
+  finalDrain();
   threadId_.store(std::thread::id());
 }
 

@@ -472,7 +472,7 @@ void RelayService::run() {
   auto lastWork = Clock::now();
   auto lastAccept = Clock::time_point();
   std::vector<pollfd> pfds;
-  while (!stop_.load(std::memory_order_relaxed)) {
+  while (!stop_.load(std::memory_order_acquire)) {  // acquire: abandon_, stored before stop_, is read below
     // One round; one that throws (std::bad_alloc) is logged and the next round goes on.
     runGuarded("mesh-relay", "a round", [&] {
       auto now = Clock::now();

@@ -279,12 +279,11 @@ void RouteService::stop() {
   }
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> closed = done->get_future();
-  if (!reactor_->post([core, done] {
+  if (!reactor_->postOrRun("the route service's close", [core, done] {
         core->closeAll(true);
         done->set_value();
       })) {
-    core->closeAll(false);  // the reactor is gone, and its epoll set with it
-    return;
+    return;  // the reactor had ended: closed here
   }
   if (closed.wait_for(kStopWait) != std::future_status::ready) {
     MESH_WARN("relay: the reactor did not close the route service's sockets within %lld s; "

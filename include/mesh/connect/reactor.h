@@ -6,8 +6,10 @@
 // Lifecycle: started by Plugin::init, stopped (joined) by Plugin::shutdown, which runs
 // from the library destructor, so no thread outlives the library when NCCL dlclose()s it.
 //
-// Threads: post()/stop()/running() are callable from any thread. watch()/unwatch()/
-// addTimer() run on the reactor thread only (from a posted task or a handler).
+// Threads: post()/postOrRun()/stop()/running() are callable from any thread. watch()/
+// unwatch()/addTimer() run on the reactor thread only (from a posted task or a handler), or,
+// once post() refuses (the thread has ended), inside postOrRun()'s inline run, which is
+// serialized with other inline runs and with stop()'s teardown.
 #pragma once
 
 #include <sys/epoll.h>
@@ -48,8 +50,13 @@ class Reactor {
   bool serving() const { return running() && !stopping_.load(std::memory_order_acquire); }
   bool onReactorThread() const { return std::this_thread::get_id() == threadId_.load(); }
 
-  // Queues fn to run on the reactor thread. Returns false when the reactor is not running.
+  // Queues fn to run on the reactor thread. Returns false when the reactor is not running:
+  // never started, or its thread has run every task it accepted and is ending (stop(), or an
+  // epoll failure). A task accepted while it stops still runs, on the reactor thread.
   bool post(Task fn);
+  // post(), or, when refused, runs fn here at once under inlineMutex_ (teardown work that
+  // must happen either way: closing a listener, a connect, a control socket). True: posted.
+  bool postOrRun(const char* what, Task fn);
 
   // Reactor thread only.
   ncclResult_t watch(int fd, uint32_t events, Handler handler);
@@ -61,6 +68,7 @@ class Reactor {
  private:
   void run();
   void drainTasks();
+  void finalDrain();
   void fireTimers();
   int nextTimeoutMs() const;
 
@@ -77,13 +85,19 @@ class Reactor {
   // reactor thread, read by any (seq_cst; only compared). running_: written by start()/stop()
   // with release, read with acquire by running(). stopping_: written by stop() (release,
   // under tasksMutex_) or by the loop on an epoll failure; read with acquire by the loop and
-  // by post(), which also holds tasksMutex_, so a task is queued before stop() or refused.
+  // by serving(). post() decides by accepting_ (below), under tasksMutex_.
   std::atomic<std::thread::id> threadId_{};
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
 
-  std::mutex tasksMutex_;          // guards tasks_ (written by any thread)
+  std::mutex tasksMutex_;          // guards tasks_, accepting_ and post()'s eventfd write
   std::vector<Task> tasks_;
+  // True from start() until the thread's finalDrain() found tasks_ empty; post() refuses
+  // when false, so a refusal means the reactor thread is done with handlers_ and timers_.
+  bool accepting_ = false;
+  // Serializes postOrRun()'s inline runs (NCCL's threads after the reactor ended) with each
+  // other and with stop()'s teardown. Recursive: an inline task may postOrRun() again.
+  std::recursive_mutex inlineMutex_;
   // Reactor thread only:
   std::unordered_map<int, Handler> handlers_;
   std::vector<Timer> timers_;
