@@ -33,6 +33,10 @@ std::atomic<bool> gOn{false};
 namespace {
 
 constexpr size_t kFlushAt = 64 * 1024;
+// What is buffered is also written once it is this old, at the next call NCCL makes (a hung
+// job's proxy keeps calling test()): a process ended by a signal (mpirun or slurm ending a
+// hung job) runs no destructor, and its trace would lose everything since the last flush.
+constexpr uint64_t kFlushAfterNs = 1000ull * 1000 * 1000;
 
 uint64_t nowNs() {
   timespec ts{};
@@ -194,9 +198,20 @@ class Recorder {
     }
     written_ += buf_.size();
     buf_.clear();
+    lastFlushNs_ = nowNs();
   }
+  void flushIfDue() {
+    if (!buf_.empty() || held_) {
+      if (nowNs() - lastFlushNs_ >= kFlushAfterNs) flush();
+    }
+  }
+  // The end of a recording that ran to the end (the library unloaded, or the process exited
+  // through exit()): "end exit". A file without an end line was cut short (parseTrace: cut).
   void close() {
     if (fd_ < 0) return;
+    writeHeld();
+    if (!ended_) buf_ += "end exit\n";
+    ended_ = true;
     flush();
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -220,6 +235,7 @@ class Recorder {
     static const char kEnd[] = "end cap\n";
     if (written_ + buf_.size() + len + sizeof(kEnd) > cap_) {
       buf_ += kEnd;
+      ended_ = true;
       MESH_WARN(
           "NCCL_MESH_TRACE: %s reached NCCL_MESH_TRACE_MAX (%zu bytes); recording stopped "
           "(raise NCCL_MESH_TRACE_MAX to record more)",
@@ -238,6 +254,8 @@ class Recorder {
   std::string buf_;
   std::optional<Record> held_;  // a setNetAttr not written yet (emit)
   size_t written_ = 0;
+  bool ended_ = false;        // an "end" line is in buf_ or written
+  uint64_t lastFlushNs_ = 0;  // when buf_ was last written out (flushIfDue)
   uint64_t t0_ = 0;
   uint64_t seq_ = 0;
   uint32_t threads_ = 0;
@@ -320,6 +338,7 @@ void start() {
   uint64_t t0 = nowNs();
   gRecorder->setT0(t0);
   gRecorder->header(makeHeader(config, t0));
+  gRecorder->flush();  // a job killed before its first flush still leaves a trace with its settings
   gPid = getpid();
   gOn.store(true, std::memory_order_relaxed);
   MESH_INFO(NCCL_INIT | NCCL_NET, "NCCL_MESH_TRACE: recording every ncclNet call into %s (at most %zu bytes)",
@@ -360,9 +379,12 @@ void record(Call call, int api, ncclResult_t r, Flush flush, Fill fill) {
   static const bool failForTest = getenv("MESH_TEST_TRACE_THROW") != nullptr;
   if (failForTest) throw std::bad_alloc();
   Record rec = s->begin(call, api, r);
-  if (!fill(s, rec)) return;
-  s->emit(rec);
-  if (flush == Flush::Yes) s->flush();
+  if (fill(s, rec)) s->emit(rec);
+  if (flush == Flush::Yes) {
+    s->flush();
+  } else {
+    s->flushIfDue();  // also after a retry that was only counted: a hung job only polls
+  }
 }
 
 template <typename Fill>

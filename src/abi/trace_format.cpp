@@ -519,10 +519,13 @@ bool parseTrace(const std::string& text, Trace* out, std::string* error) {
     *error = "line " + std::to_string(lines.size()) + ": the header never ends (no 'records' line): truncated";
     return false;
   }
+  bool ended = false;
   for (; i < lines.size(); ++i) {
     if (lines[i].rfind("end", 0) == 0 && (lines[i].size() == 3 || lines[i][3] == ' ')) {
       t.endReason = lines[i].size() > 4 ? lines[i].substr(4) : "end";
+      if (t.endReason == "exit") t.endReason.clear();  // the recording ran to the end
       if (i + 1 != lines.size()) return (*error = "line " + std::to_string(i + 2) + ": data after 'end'", false);
+      ended = true;
       break;
     }
     Record r;
@@ -531,14 +534,18 @@ bool parseTrace(const std::string& text, Trace* out, std::string* error) {
       *error = "line " + std::to_string(i + 1) + ": " + why;
       return false;
     }
-    if (!t.records.empty() && r.seq <= t.records.back().seq) {
-      *error = "line " + std::to_string(i + 1) + ": sequence number " + std::to_string(r.seq) + " after " +
-               std::to_string(t.records.back().seq);
+    // The recorder numbers records as it writes them, 1, 2, 3...: a gap is a lost or edited
+    // line, which would otherwise replay clean.
+    uint64_t expected = t.records.empty() ? 1 : t.records.back().seq + 1;
+    if (r.seq != expected) {
+      *error = "line " + std::to_string(i + 1) + ": sequence number " + std::to_string(r.seq) + " where " +
+               std::to_string(expected) + " belongs (a line lost or edited)";
       return false;
     }
     r.line = i + 1;
     t.records.push_back(std::move(r));
   }
+  t.cut = !ended;
   *out = std::move(t);
   return true;
 }

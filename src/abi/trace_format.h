@@ -103,6 +103,10 @@ struct Trace {
   Header header;
   std::vector<Record> records;
   std::string endReason;                 // "" when the recording ran to the end
+  // No "end" line: the process ended without unloading the plugin or exiting normally (a
+  // signal: mpirun or slurm ending a hung job); up to a second of calls before it is missing.
+  // Traces recorded before 2026-11-30 never had "end exit", so theirs is cut too.
+  bool cut = false;
 };
 
 // "%XX" escaping of everything but 0x21..0x7e minus '%', '=', ','.

@@ -376,6 +376,72 @@ TEST_F(AbiLoad, ATraceFileThatCannotBeWrittenStopsRecordingAndNcclsCallsGoOn) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10..14: a step failed; 2x: not exactly one 'writing ... failed' WARN";
 }
 
+// A process ended by a signal runs no destructor (mpirun or slurm ending a hung job: the
+// report the recorder is for). Its trace held nothing: everything sat in the recorder's
+// buffer until 64 KiB, a close, a finalize or the unload. Now the header is written at once
+// and the buffer whenever it is a second old, at the next call (a hung job's proxy keeps
+// polling); a file that ends without "end exit" says it was cut short.
+std::string readWhole(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "r");
+  if (f == nullptr) return "";
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  fclose(f);
+  return text;
+}
+
+TEST_F(AbiLoad, ATraceOfAProcessKilledBySignalHoldsItsCallsButTheLastSecond) {
+  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  struct RemoveDir {
+    const char* path;
+    ~RemoveDir() { (void)!system((std::string("rm -rf '") + path + "'").c_str()); }
+  } removeDir{dir};
+  std::string prefix = std::string(dir) + "/t";
+  std::string path = prefix + "." + [] {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    return std::string(host);
+  }();
+  fflush(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(60);  // a hang guard
+    setenv("NCCL_MESH_TRACE", prefix.c_str(), 1);
+    Plugin p;
+    std::string why;
+    if (!p.open(&why)) _exit(10);
+    if (p.net().init(captureLog) != ncclSuccess) _exit(11);
+    std::string file = path + "." + std::to_string(getpid()) + ".trace";
+    if (readWhole(file).rfind("nccl-mesh-trace ", 0) != 0) _exit(12);  // the header, before any call
+    // Calls go on until the file holds the devices() records, then the process is killed.
+    // One call every 20 ms (a pace, not a wait for anything): 64 KiB of records, the size
+    // that also flushes, would take a minute, so only the flush due a second after the last
+    // one can write them within the 20 s.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    int ndev = -1;
+    while (readWhole(file).find(" devices ") == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) _exit(13);
+      if (p.net().devices(&ndev) != ncclSuccess) _exit(14);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    raise(SIGKILL);
+    _exit(15);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status)
+                                   << " (12: no header at init; 13: no devices record written within 20 s)";
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  std::string text = readWhole(path + "." + std::to_string(child) + ".trace");
+  EXPECT_EQ(text.rfind("nccl-mesh-trace ", 0), 0u) << text.substr(0, 200);
+  EXPECT_NE(text.find(" init "), std::string::npos);
+  EXPECT_NE(text.find(" devices "), std::string::npos);
+  EXPECT_EQ(text.find("\nend"), std::string::npos) << "a killed process wrote an end line";
+}
+
 // The tests assume the plugin's defaults: drop NCCL_MESH_* settings inherited from the
 // caller's shell.
 void clearMeshSettings() {

@@ -791,6 +791,7 @@ TYPED_TEST(ContextTables, TheRecorderWritesARunOfIdenticalSetNetAttrAsOneRecord)
   EXPECT_EQ(this->net_->finalize(ctx), ncclSuccess);
   ASSERT_TRUE(this->closeLibrary());
   std::vector<std::string> calls;
+  std::string last;
   DIR* d = opendir(dir);
   ASSERT_NE(d, nullptr);
   int files = 0;
@@ -803,12 +804,14 @@ TYPED_TEST(ContextTables, TheRecorderWritesARunOfIdenticalSetNetAttrAsOneRecord)
     for (std::string line; std::getline(in, line);) {
       size_t at = line.find(" setnetattr ");
       if (at != std::string::npos) calls.push_back(line.substr(at + 1));
+      last = line;
     }
     unlink(path.c_str());
   }
   closedir(d);
   rmdir(dir);
   EXPECT_EQ(files, 1);
+  EXPECT_EQ(last, "end exit") << "the unload ends the file with its complete-recording mark";
   ASSERT_EQ(calls.size(), 3u) << ::testing::PrintToString(calls);
   EXPECT_NE(calls[0].find(" r=0 again=4"), std::string::npos) << calls[0];
   EXPECT_NE(calls[1].find(" r=4"), std::string::npos) << calls[1];

@@ -3,9 +3,10 @@
 """compact_trace.py: rewrites a trace recorded before the recorder folded repeated setNetAttr
 calls (src/abi/trace.cpp, Tracer::emit) the way the recorder now writes them: a setnetattr
 record followed, with no other record between, by identical ones (same thread, context,
-version and result) keeps its own sequence number and time and gets again=N for the N that
-followed; those are dropped. mesh_replay replays again=N as N more calls, so the replay is the
-same call for call. Every other line is left as it is.
+version and result) keeps its time and gets again=N for the N that followed; those are
+dropped. mesh_replay replays again=N as N more calls, so the replay is the same call for call.
+Records are then numbered 1, 2, 3... as the recorder numbers them (the parser takes a gap for
+a lost line). Every other line is left as it is.
 
     tests/replay/compact_trace.py IN.trace OUT.trace
 """
@@ -47,6 +48,18 @@ def compact(lines):
         else:
             out.append(text)
     flush()
+    return renumber(out)
+
+
+def renumber(lines):
+    out, seq, in_records = [], 0, False
+    for text in lines:
+        fields = text.split(" ", 1)
+        if in_records and fields[0].isdigit():
+            seq += 1
+            text = str(seq) + (" " + fields[1] if len(fields) > 1 else "")
+        out.append(text)
+        in_records = in_records or text == "records"
     return out
 
 

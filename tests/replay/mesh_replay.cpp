@@ -204,10 +204,11 @@ int check(const Plan& plan) {
       threads[r.thread] = true;
     }
     std::string nccl = f.trace.header.nccl.empty() ? "" : ", NCCL " + f.trace.header.nccl;
-    printf("  %s: %s%s, host %s pid %ld, %zu records, %zu thread(s)%s%s\n", f.name.c_str(),
+    printf("  %s: %s%s, host %s pid %ld, %zu records, %zu thread(s)%s%s%s\n", f.name.c_str(),
            f.trace.header.plugin.c_str(), nccl.c_str(), f.trace.header.host.c_str(), f.trace.header.pid,
            f.trace.records.size(), nThreads,
-           f.trace.endReason.empty() ? "" : ", stopped early: ", f.trace.endReason.c_str());
+           f.trace.endReason.empty() ? "" : ", stopped early: ", f.trace.endReason.c_str(),
+           f.trace.cut ? ", no end line (killed before exit() or an unload, or recorded before 2026-11-30)" : "");
   }
   return 0;
 }

@@ -234,9 +234,35 @@ TEST(TraceFormat, WholeFileRoundTrips) {
   EXPECT_EQ(t.records[1].ndev, 1);
   EXPECT_EQ(t.records[0].line, 11u);  // 10 header lines before it
   EXPECT_EQ(t.endReason, "");
+  EXPECT_TRUE(t.cut) << "no end line: the process never unloaded the plugin or exited (a signal)";
 
   ASSERT_TRUE(parseTrace(text + "end cap\n", &t, &error)) << error;
   EXPECT_EQ(t.endReason, "cap");
+  EXPECT_FALSE(t.cut);
+
+  ASSERT_TRUE(parseTrace(text + "end exit\n", &t, &error)) << error;
+  EXPECT_EQ(t.endReason, "") << "the recording ran to the end";
+  EXPECT_FALSE(t.cut);
+}
+
+// The recorder numbers records 1, 2, 3... as it writes them: a gap (or a first record that is
+// not 1) is a line lost or edited, which replayed clean as if NCCL had never made the call.
+TEST(TraceFormat, ASequenceGapIsALostLine) {
+  std::string text = encodeHeader(sampleHeader());
+  Record a = sample(Call::Init);
+  a.seq = 1;
+  Record b = sample(Call::Devices);
+  b.seq = 2;
+  Record c = sample(Call::Devices);
+  c.seq = 4;
+  Trace t;
+  std::string error;
+  EXPECT_FALSE(parseTrace(text + encode(a) + "\n" + encode(b) + "\n" + encode(c) + "\n", &t, &error));
+  EXPECT_EQ(error.rfind("line 13: sequence number 4 where 3 belongs", 0), 0u) << error;
+  EXPECT_FALSE(parseTrace(text + encode(b) + "\n", &t, &error));
+  EXPECT_EQ(error.rfind("line 11: sequence number 2 where 1 belongs", 0), 0u) << error;
+  c.seq = 3;
+  EXPECT_TRUE(parseTrace(text + encode(a) + "\n" + encode(b) + "\n" + encode(c) + "\n", &t, &error)) << error;
 }
 
 // Malformed input: an error that names the line and the problem, never a crash.
@@ -267,7 +293,7 @@ TEST(TraceFormat, TruncatedOrGarbageFilesAreClearErrors) {
   EXPECT_EQ(error.rfind("line 12: ", 0), 0u) << error;
 
   EXPECT_FALSE(parseTrace(good + "1 5 1 devices v=8 r=0 ndev=1\n", &t, &error));
-  EXPECT_NE(error.find("sequence number 1 after 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("sequence number 1 where 2 belongs"), std::string::npos) << error;
 
   EXPECT_FALSE(parseTrace(good + "end cap\n2 1 1 init v=8 r=0\n", &t, &error));
   EXPECT_NE(error.find("data after 'end'"), std::string::npos) << error;
