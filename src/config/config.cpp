@@ -7,6 +7,8 @@
 #include "mesh/platform/text.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <charconv>
 #include <climits>
 #include <utility>
@@ -131,6 +133,23 @@ Setting boolSetting(const char* name, const char* def, const char* doc, bool Con
   return {{name, def, doc},
           "0/1, true/false, yes/no, on/off",
           [field](const std::string& text, Config* c) { return parseBool(text, &(c->*field)); },
+          [field](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
+}
+
+// One of NCCL's own variables, which NCCL reads too: read as NCCL's ncclLoadParam does
+// (strtoll, base 0: "2", "0x1" and "-1" are nonzero; what follows the number is ignored), so
+// both agree. Text with no number NCCL reads as 0, which is also what the WARN falls back to.
+Setting ncclFlagSetting(const char* name, const char* def, const char* doc, bool Config::*field) {
+  return {{name, def, doc},
+          "a number, as NCCL reads it: 0 = off, any other = on",
+          [field](const std::string& text, Config* c) {
+            errno = 0;
+            char* end = nullptr;
+            long long v = strtoll(text.c_str(), &end, 0);
+            if (end == text.c_str() || errno != 0) return false;
+            c->*field = v != 0;
+            return true;
+          },
           [field](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
 }
 
@@ -308,8 +327,10 @@ std::vector<Setting> buildTable() {
                  "class lets RoCE QoS give the small control writes priority over data; each receiving "
                  "node decides for itself; -1 = the connection's class",
                  &Config::fifoTrafficClass, -1, 255),
-      intSetting("NCCL_MESH_IB_SL", "0", "Service level (0..15), as NCCL_IB_SL",
-                 &Config::serviceLevel, 0, 15),
+      intSetting("NCCL_MESH_IB_SL", "0",
+                 "Service level (0..7), as NCCL_IB_SL: on RoCE the packets' 802.1p priority, of "
+                 "which ConnectX takes only 3 bits (8..15 would land in 0..7 unannounced)",
+                 &Config::serviceLevel, 0, 7),
       boolSetting("NCCL_MESH_IB_ECE_ENABLE", "1",
                   "1 = negotiate Enhanced Connection Establishment options (ibv_query_ece / ibv_set_ece, "
                   "rdma-core 31+; mlx5 agrees on features such as selective repeat this way) for every QP, "
@@ -331,10 +352,10 @@ std::vector<Setting> buildTable() {
                   &Config::chunkSize, 4 * kKiB, kGiB),
       listenAddrSetting(),
       portRangeSetting(),
-      boolSetting("NCCL_GDR_FLUSH_DISABLE", "0",
-                  "1 = skip the GPUDirect RDMA flush (a 1-byte loopback RDMA READ) "
-                  "after receives into GPU memory, as in NCCL's IB transport",
-                  &Config::gdrFlushDisable),
+      ncclFlagSetting("NCCL_GDR_FLUSH_DISABLE", "0",
+                      "1 (any nonzero number, read as NCCL reads it) = skip the GPUDirect RDMA flush (a "
+                      "1-byte loopback RDMA READ) after receives into GPU memory, as in NCCL's IB transport",
+                      &Config::gdrFlushDisable),
       intSetting("NCCL_MESH_PCI_RELAXED_ORDERING", "2",
                  "PCIe relaxed ordering for the NIC's writes into NCCL's buffers (registered with "
                  "IBV_ACCESS_RELAXED_ORDERING), as NCCL_IB_PCI_RELAXED_ORDERING: 0 = off; 1 or 2 = on where "

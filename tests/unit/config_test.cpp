@@ -91,7 +91,7 @@ TEST(Config, ReadsEveryVariableOfTheTable) {
               {"NCCL_MESH_CHUNK_SIZE", "256k"},
               {"NCCL_MESH_LISTEN_ADDR", "ANY"},
               {"NCCL_MESH_PORT_RANGE", "50000-50100"},
-              {"NCCL_GDR_FLUSH_DISABLE", "yes"},
+              {"NCCL_GDR_FLUSH_DISABLE", "0x1"},
               {"NCCL_MESH_FORCE_FLUSH", "on"},
               {"NCCL_MESH_RELAY", "OFF"},
               {"NCCL_MESH_ROUTES", "198.18.2.0/24=198.18.0.2"},
@@ -171,7 +171,7 @@ TEST(Config, IntegersOutsideTheirRangeFallBackToTheDefault) {
                         Case{"NCCL_MESH_IB_RNR_RETRY", "-1", "0", "7", "8"},
                         Case{"NCCL_MESH_IB_TC", "-2", "-1", "255", "256"},
                         Case{"NCCL_MESH_IB_FIFO_TC", "-2", "-1", "255", "256"},
-                        Case{"NCCL_MESH_IB_SL", "-1", "0", "15", "16"},
+                        Case{"NCCL_MESH_IB_SL", "-1", "0", "7", "8"},
                         Case{"NCCL_MESH_QPS_PER_CONN", "0", "1", "16", "17"},
                         Case{"NCCL_MESH_CONNECT_TIMEOUT_MS", "99", "100", "3600000", "3600001"},
                         Case{"NCCL_MESH_PEER_TIMEOUT_MS", "-1", "0", "3600000", "3600001"},
@@ -241,17 +241,40 @@ TEST(Config, SizesRejectGarbageOverflowAndOutOfRange) {
 TEST(Config, BoolsAcceptTheUsualSpellings) {
   for (const char* yes : {"1", "true", "TRUE", "yes", "on", "On"}) {
     Config c;
-    EXPECT_EQ(warningFor("NCCL_GDR_FLUSH_DISABLE", yes, &c), "") << yes;
-    EXPECT_TRUE(c.gdrFlushDisable) << yes;
+    EXPECT_EQ(warningFor("NCCL_MESH_FORCE_FLUSH", yes, &c), "") << yes;
+    EXPECT_TRUE(c.forceFlush) << yes;
   }
   for (const char* no : {"0", "false", "no", "off", "OFF"}) {
     Config c;
-    EXPECT_EQ(warningFor("NCCL_GDR_FLUSH_DISABLE", no, &c), "") << no;
-    EXPECT_FALSE(c.gdrFlushDisable) << no;
+    c.forceFlush = true;
+    EXPECT_EQ(warningFor("NCCL_MESH_FORCE_FLUSH", no, &c), "") << no;
+    EXPECT_FALSE(c.forceFlush) << no;
   }
-  EXPECT_EQ(warningFor("NCCL_GDR_FLUSH_DISABLE", "2"),
-            "NCCL_GDR_FLUSH_DISABLE='2' is not valid (accepted: 0/1, true/false, yes/no, "
+  EXPECT_EQ(warningFor("NCCL_MESH_FORCE_FLUSH", "2"),
+            "NCCL_MESH_FORCE_FLUSH='2' is not valid (accepted: 0/1, true/false, yes/no, "
             "on/off); using 0");
+}
+
+// NCCL_GDR_FLUSH_DISABLE is NCCL's own variable, which NCCL's IB transport reads with
+// strtoll(base 0), any nonzero value disabling the flush: "2", "0x1", "-1" disabled NCCL's
+// flush but not ours (a WARN, flush kept), and "yes" disabled ours but not NCCL's.
+TEST(Config, NcclsOwnFlagIsReadAsNcclReadsIt) {
+  for (const char* on : {"1", "2", "0x1", "-1", "010", "1abc"}) {
+    Config c;
+    EXPECT_EQ(warningFor("NCCL_GDR_FLUSH_DISABLE", on, &c), "") << on;
+    EXPECT_TRUE(c.gdrFlushDisable) << on;
+  }
+  for (const char* off : {"0", "0x0", "00"}) {
+    Config c;
+    c.gdrFlushDisable = true;
+    EXPECT_EQ(warningFor("NCCL_GDR_FLUSH_DISABLE", off, &c), "") << off;
+    EXPECT_FALSE(c.gdrFlushDisable) << off;
+  }
+  Config c;
+  EXPECT_EQ(warningFor("NCCL_GDR_FLUSH_DISABLE", "yes", &c),
+            "NCCL_GDR_FLUSH_DISABLE='yes' is not valid (accepted: a number, as NCCL reads it: 0 = off, any "
+            "other = on); using 0");
+  EXPECT_FALSE(c.gdrFlushDisable) << "NCCL reads 'yes' as 0: the flush stays on";
 }
 
 TEST(Config, PortRangeNeedsOrderedBoundsInsideTheTcpRange) {
@@ -448,3 +471,4 @@ TEST(Config, NullLookupGivesDefaults) {
 
 }  // namespace
 }  // namespace mesh
+
