@@ -440,7 +440,9 @@ Config loadConfig(const EnvLookup& env, std::vector<std::string>* warnings) {
     if (warnings) {
       std::string def = s.format(kDefaults);
       std::string why = s.explain ? s.explain(text) : std::string();
-      warnings->push_back(std::string(s.info.name) + "='" + raw + "' is not valid (accepted: " +
+      // The value echoed is capped (a long NCCL_MESH_ROUTES): NCCL cuts a log line at 1023
+      // bytes, which took the accepted values and the fallback with it.
+      warnings->push_back(std::string(s.info.name) + "='" + shortened(raw, 160) + "' is not valid (accepted: " +
                           s.accepted + ")" + (why.empty() ? "" : ": " + why) + "; using " +
                           (def.empty() ? std::string("the default (empty)") : def));
     }
@@ -462,6 +464,27 @@ std::vector<std::string> describeConfig(const Config& config) {
   for (const Setting& s : table()) {
     lines.push_back(std::string(s.info.name) + "=" + s.format(config));
   }
+  return lines;
+}
+
+std::string shortened(const std::string& raw, size_t maxLen) {
+  if (raw.size() <= maxLen) return raw;
+  std::string tail = "... (" + std::to_string(raw.size()) + " characters)";
+  return raw.substr(0, maxLen > tail.size() ? maxLen - tail.size() : 0) + tail;
+}
+
+std::vector<std::string> packLines(const std::vector<std::string>& items, size_t maxLen) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (const std::string& item : items) {
+    std::string piece = " " + shortened(item, maxLen - 1);
+    if (!line.empty() && line.size() + piece.size() > maxLen) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += piece;
+  }
+  if (!line.empty()) lines.push_back(line);
   return lines;
 }
 

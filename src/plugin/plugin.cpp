@@ -472,10 +472,17 @@ void Plugin::logLoader(ncclDebugLogger_t logger, int abi) {
   if (!reload.empty()) MESH_INFO(NCCL_INIT | NCCL_NET, "%s", reload.c_str());
 }
 
+// Several lines when one would not fit: NCCL's logger cuts a message at 1023 bytes with its
+// own prefix (host, pid, thread), and the defaults alone are about 900 characters.
 void Plugin::logSettings() const {
-  std::string line;
-  for (const std::string& kv : describeConfig(config_)) line += " " + kv;
-  MESH_INFO(NCCL_INIT | NCCL_ENV, "settings:%s", line.c_str());
+  std::vector<std::string> lines = packLines(describeConfig(config_), kLogLineMax);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines.size() == 1) {
+      MESH_INFO(NCCL_INIT | NCCL_ENV, "settings:%s", lines[i].c_str());
+    } else {
+      MESH_INFO(NCCL_INIT | NCCL_ENV, "settings (%zu/%zu):%s", i + 1, lines.size(), lines[i].c_str());
+    }
+  }
 }
 
 namespace {

@@ -144,11 +144,12 @@ class PairTest {
   size_t bytes_ = 0;
 };
 
-// The value the plugin logged for setting `name` on its "settings:" INFO line ("" if none).
+// The value the plugin logged for setting `name` on its "settings:" INFO line(s) ("" if none).
 std::string pluginSetting(Context& ctx, const std::string& name) {
   for (const LogLine& l : ctx.net.logSince(0)) {
     size_t at = l.text.find(" " + name + "=");
-    if (l.text.find("settings:") == std::string::npos || at == std::string::npos) continue;
+    bool settings = l.text.find("settings:") != std::string::npos || l.text.find("settings (") != std::string::npos;
+    if (!settings || at == std::string::npos) continue;
     size_t from = at + name.size() + 2;
     return l.text.substr(from, l.text.find(' ', from) - from);
   }

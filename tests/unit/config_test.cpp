@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "mesh/config/config.h"
+#include "mesh/platform/log.h"
 
 #include <gtest/gtest.h>
 
@@ -472,3 +473,46 @@ TEST(Config, NullLookupGivesDefaults) {
 }  // namespace
 }  // namespace mesh
 
+namespace mesh {
+namespace {
+
+// NCCL's logger cuts a message at 1023 bytes with its own prefix: the settings line with a
+// few routes lost NCCL_MESH_STATS* and NCCL_MESH_TRACE*, and a long bad value's WARN lost the
+// accepted values and the fallback. Lines are packed within kLogLineMax; echoed values capped.
+TEST(Config, SettingsLinesFitNcclsLogLineAndKeepEverySetting) {
+  std::string routes;
+  for (int i = 0; i < 8; ++i) {
+    routes += (i ? ";" : "") + std::string("198.18.") + std::to_string(100 + i) + ".0/24=198.18.0.2";
+  }
+  FakeEnv env{{"NCCL_MESH_ROUTES", routes.c_str()}, {"NCCL_MESH_TRACE", "/tmp/a-long-trace-prefix/job"}};
+  Config c = load(env, nullptr);
+  std::vector<std::string> items = describeConfig(c);
+  std::vector<std::string> lines = packLines(items, kLogLineMax);
+  EXPECT_GE(lines.size(), 2u);
+  std::string all;
+  for (const std::string& l : lines) {
+    EXPECT_LE(l.size(), kLogLineMax) << l;
+    all += l;
+  }
+  for (const std::string& kv : items) EXPECT_NE(all.find(" " + kv), std::string::npos) << kv;
+  // One item longer than a line is cut, saying how long it was.
+  std::vector<std::string> huge = packLines({"A=" + std::string(2000, 'x'), "B=1"}, 100);
+  ASSERT_EQ(huge.size(), 2u);
+  EXPECT_LE(huge[0].size(), 100u);
+  EXPECT_NE(huge[0].find("(2002 characters)"), std::string::npos) << huge[0];
+  EXPECT_EQ(huge[1], " B=1");
+}
+
+TEST(Config, AWarningForALongBadValueKeepsItsAcceptedValuesAndFallback) {
+  std::string routes;
+  for (int i = 0; i < 40; ++i) routes += "198.18." + std::to_string(100 + i) + ".0/24=198.18.0.2;";
+  routes += "garbage";
+  std::string w = warningFor("NCCL_MESH_ROUTES", routes);
+  EXPECT_LT(w.size(), kLogLineMax) << w;
+  EXPECT_NE(w.find("characters)' is not valid (accepted: "), std::string::npos) << w;
+  EXPECT_NE(w.find("entry 41"), std::string::npos) << w;
+  EXPECT_NE(w.find("; using"), std::string::npos) << w;
+}
+
+}  // namespace
+}  // namespace mesh

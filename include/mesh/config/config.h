@@ -84,6 +84,12 @@ Config loadConfig(const EnvLookup& env, std::vector<std::string>* warnings);
 
 // "NAME=value" for every setting, in table order (logged once at init).
 std::vector<std::string> describeConfig(const Config& config);
+// `items` joined by spaces into lines of at most `maxLen` characters, for log lines (NCCL's
+// logger cuts a message at 1023 bytes, its own prefix included). An item longer than maxLen
+// is cut, saying how long it was.
+std::vector<std::string> packLines(const std::vector<std::string>& items, size_t maxLen);
+// `raw` for an error message: at most `maxLen` characters of it, then how long it was.
+std::string shortened(const std::string& raw, size_t maxLen);
 
 // The table itself: name, default, one-line doc.
 const std::vector<SettingInfo>& settingsTable();

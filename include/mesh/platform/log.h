@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdarg>
+#include <cstddef>
 
 #include "err.h"
 
@@ -18,6 +19,11 @@ ncclDebugLogger_t logger();
 // The stderr fallback prints messages up to this level (NCCL_LOG_WARN unless NCCL_DEBUG
 // says INFO/TRACE). Tools such as nccl-mesh-info raise it with -v.
 void setFallbackLevel(ncclDebugLogLevel level);
+
+// NCCL formats a message into 1024 bytes after its own prefix (host, pid, thread, device:
+// up to about 150 characters) and cuts the rest; text meant to be read whole (the settings
+// line) stays within this many characters.
+constexpr size_t kLogLineMax = 800;
 
 void logMessage(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                 const char* fmt, ...) __attribute__((format(printf, 5, 6)));
