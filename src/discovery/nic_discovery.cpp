@@ -145,37 +145,62 @@ std::string realPath(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+void readSysfsGid(const std::string& base, int i, std::vector<GidEntry>* out, std::vector<std::string>* problems) {
+  std::string text, type, ndev;
+  GidEntry e;
+  e.index = i;
+  std::string path = base + "/gids/" + std::to_string(i);
+  if (!readLine(path, &text)) {
+    if (problems != nullptr) problems->push_back("cannot read " + path);
+    return;
+  }
+  if (!parseGidText(text, e.gid)) {
+    if (problems != nullptr) problems->push_back(path + " is not a GID: '" + text + "'");
+    return;
+  }
+  if (isZeroGid(e.gid)) return;
+  if (readLine(base + "/gid_attrs/types/" + std::to_string(i), &type)) {
+    e.rocev2 = type == "RoCE v2";
+  }
+  if (readLine(base + "/gid_attrs/ndevs/" + std::to_string(i), &ndev)) e.netdev = ndev;
+  out->push_back(e);
+}
+
+std::string portBase(const std::string& root, const std::string& device, int port) {
+  return root + "/class/infiniband/" + device + "/ports/" + std::to_string(port);
+}
+
+}  // namespace
+
 std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& device, int port,
                                     int tableLen, std::vector<std::string>* problems) {
   std::vector<GidEntry> out;
-  std::string base = root + "/class/infiniband/" + device + "/ports/" + std::to_string(port);
-  for (int i = 0; i < tableLen; ++i) {
-    std::string text, type, ndev;
-    GidEntry e;
-    e.index = i;
-    std::string path = base + "/gids/" + std::to_string(i);
-    if (!readLine(path, &text)) {
-      if (problems != nullptr) problems->push_back("cannot read " + path);
-      continue;
-    }
-    if (!parseGidText(text, e.gid)) {
-      if (problems != nullptr) problems->push_back(path + " is not a GID: '" + text + "'");
-      continue;
-    }
-    if (isZeroGid(e.gid)) continue;
-    if (readLine(base + "/gid_attrs/types/" + std::to_string(i), &type)) {
-      e.rocev2 = type == "RoCE v2";
-    }
-    if (readLine(base + "/gid_attrs/ndevs/" + std::to_string(i), &ndev)) e.netdev = ndev;
-    out.push_back(e);
+  std::string base = portBase(root, device, port);
+  tableLen = std::min(tableLen, kGidTableMaxLen);
+  for (int i = 0; i < tableLen; ++i) readSysfsGid(base, i, &out, problems);
+  return out;
+}
+
+std::vector<GidEntry> readSysfsGidIndices(const std::string& root, const std::string& device, int port,
+                                          const std::vector<int>& indices, std::vector<std::string>* problems) {
+  std::vector<int> sorted;
+  for (int i : indices) {
+    if (i >= 0 && i < kGidTableMaxLen) sorted.push_back(i);
   }
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::vector<GidEntry> out;
+  std::string base = portBase(root, device, port);
+  for (int i : sorted) readSysfsGid(base, i, &out, problems);
   return out;
 }
 
 std::vector<GidEntry> queryPortGids(const VerbsApi& api, ibv_context* ctx, const std::string& dev,
                                     int port, int tableLen) {
   // A provider's table length bounds the sysfs walk (a file per index): no real one comes
-  // near this (mlx5 RoCE 255, rxe 1024, IB 128).
+  // near this (mlx5 RoCE 255, rxe 1024, IB 128). readSysfsGids caps it too.
   tableLen = std::min(tableLen, kGidTableMaxLen);
   if (api.queryGidTable == nullptr || tableLen <= 0) {
     return readSysfsGids("/sys", dev, port, tableLen);

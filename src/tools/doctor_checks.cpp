@@ -105,7 +105,13 @@ CheckResult checkSystemNccl(const DoctorFacts& f) {
   CheckResult r = checkNccl("nccl-system", f.ncclSystem, f);
   const LibProbe& t = f.ncclTorch;
   const LibProbe& s = f.ncclSystem;
-  if (!t.path.empty() && s.fromLdLibraryPath) {
+  if (s.preloaded) {
+    // The dynamic loader maps LD_PRELOAD before anything else: the fix the warning below
+    // gives, once followed, ends here.
+    r.found += "; LD_PRELOAD loads it before any other NCCL" +
+               (t.path.empty() ? std::string() : ", PyTorch's own " + t.path + " included") +
+               ": jobs with this environment use it";
+  } else if (!t.path.empty() && s.fromLdLibraryPath) {
     // The dynamic loader searches LD_LIBRARY_PATH before the RUNPATH of PyTorch's libraries.
     r.found += "; it comes before PyTorch's own " + t.path + ": PyTorch jobs with this LD_LIBRARY_PATH load this one";
   } else if (r.verdict == Verdict::Ok && t.loaded && s.loaded && t.version.text() != s.version.text()) {

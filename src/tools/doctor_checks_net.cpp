@@ -12,6 +12,7 @@
 #include "mesh/discovery/cables.h"
 #include "mesh/discovery/hca_filter.h"
 #include "mesh/platform/text.h"
+#include "mesh/routing/routes.h"
 #include "mesh/tools/doctor.h"
 
 namespace mesh {
@@ -205,7 +206,9 @@ CheckResult checkMtu(const DoctorFacts& f) {
       continue;
     }
     int roce = p->activeMtu > 0 ? p->activeMtu : roceMtuForNetdev(i->mtu);
-    mtus.insert(i->mtu);
+    // RoCE MTUs, not the netdevs': 9000 and 9216 both give 4096, and what breaks a cable is
+    // its two ends disagreeing, which one node cannot see.
+    mtus.insert(roce);
     std::string text = strf("%s %d (RoCE %d)", p->netdev.c_str(), i->mtu, roce);
     seen.push_back(text);
     if (roce < 4096) low.push_back(p->netdev);
@@ -220,7 +223,12 @@ CheckResult checkMtu(const DoctorFacts& f) {
             " (the plugin uses the smaller MTU of the two ends; NCCL's IB transport between mismatched ends "
             "ends in retry-exceeded errors)", fix};
   }
-  if (mtus.size() > 1 || !missing.empty()) return {"mtu", Verdict::Warn, found + ": the ports differ", fix};
+  if (!missing.empty()) {
+    return {"mtu", Verdict::Warn, found + ": their MTU cannot be read here",
+            "run the doctor in the host's network namespace (`docker run --network host`), where NCCL's "
+            "ranks see the mesh ports"};
+  }
+  if (mtus.size() > 1) return {"mtu", Verdict::Warn, found + ": the ports' RoCE MTUs differ", fix};
   return {"mtu", Verdict::Ok, found, ""};
 }
 
@@ -412,9 +420,17 @@ CheckResult checkRelay(const DoctorFacts& f, int peers, size_t subnets, const st
   if (c.relay == RelayMode::Auto) {
     int ringHops = f.nodes / 2 - 1;  // a ring of N: the farthest pair is N/2 cables apart
     if (f.nodes > 0 && peers < f.nodes - 1 && c.relayMaxHops < ringHops) {
+      // The setting takes 1..kRouteMaxHopsLimit: a suggestion past it would be refused (a
+      // WARN, and the default 2) by the plugin it is meant for.
+      int line = f.nodes - 2;
+      std::string fix = strf("export NCCL_MESH_RELAY_MAX_HOPS=%d on every node", std::min(line, kRouteMaxHopsLimit));
+      if (line > kRouteMaxHopsLimit) {
+        fix += strf(" (its largest value: a line of %d nodes needs %d relays, and the route plan covers at most 16 "
+                    "nodes; see the README's Limits)", f.nodes, line);
+      }
       return {"relay", Verdict::Warn, found + strf(", NCCL_MESH_RELAY_MAX_HOPS=%d: a ring of %d nodes needs %d (a line %d)",
-                                                   c.relayMaxHops, f.nodes, ringHops, f.nodes - 2),
-              strf("export NCCL_MESH_RELAY_MAX_HOPS=%d on every node", f.nodes - 2)};
+                                                   c.relayMaxHops, f.nodes, ringHops, line),
+              fix};
     }
     return {"relay", Verdict::Ok, found + " (used only for pairs without a cable)", ""};
   }

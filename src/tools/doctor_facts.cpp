@@ -171,11 +171,22 @@ void readSysfsPorts(DoctorFacts* facts) {
         pf.state = colon == std::string::npos ? "unknown ('" + state + "')" : state.substr(colon + 2);
       }
       readAttr(pdir + "/link_layer", &pf.linkLayer, &facts->sysfsProblems);
-      int tableLen = 0;
+      // The entries the directory has (every index of a real table), each below
+      // kGidTableMaxLen; not 0..largest name: one stray gids/2000000 took 45 s and 726 MB.
+      std::vector<int> indices;
       if (listDir(pdir + "/gids", &gids, &error)) {
-        for (const std::string& g : gids) tableLen = isNumber(g) ? std::max(tableLen, std::stoi(g) + 1) : tableLen;
+        for (const std::string& g : gids) {
+          if (isNumber(g)) indices.push_back(std::stoi(g));
+        }
       }
-      pf.gids = readSysfsGids(facts->root + "/sys", dev, pf.port, tableLen, &facts->sysfsProblems);
+      pf.gids = readSysfsGidIndices(facts->root + "/sys", dev, pf.port, indices, &facts->sysfsProblems);
+      for (int i : indices) {
+        if (i >= kGidTableMaxLen) {
+          facts->sysfsProblems.push_back(pdir + "/gids/" + std::to_string(i) + ": beyond any GID table (" +
+                                         std::to_string(kGidTableMaxLen) + " entries at most); skipped");
+          break;
+        }
+      }
       for (const GidEntry& g : pf.gids) {
         if (pf.netdev.empty()) pf.netdev = g.netdev;
       }

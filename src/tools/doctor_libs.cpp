@@ -99,6 +99,27 @@ LibProbe locateTorchNccl(const std::string& root, const std::vector<std::string>
 }
 
 LibProbe locateSystemNccl(const std::string& root, const std::map<std::string, std::string>& env) {
+  // An NCCL in LD_PRELOAD is loaded before the program's own libraries, so every job with
+  // this environment uses it, PyTorch included (its libnccl.so.2 by RUNPATH never loads).
+  // A bare name ("libnccl.so.2") is looked up as below, then preloaded.
+  bool preloadByName = false;
+  auto pre = env.find("LD_PRELOAD");
+  if (pre != env.end()) {
+    for (const std::string& entry : splitOn(pre->second, ": ")) {
+      std::string base = entry.substr(entry.rfind('/') + 1);
+      if (base.rfind("libnccl.so", 0) != 0) continue;
+      if (entry.find('/') == std::string::npos) {
+        preloadByName = true;
+        break;
+      }
+      LibProbe p;
+      p.label = "system NCCL (LD_PRELOAD)";
+      p.path = entry;
+      p.preloaded = true;
+      p.note = "named by LD_PRELOAD" + std::string(fileExists(root + entry) ? "" : ", which does not exist");
+      return p;
+    }
+  }
   std::vector<std::pair<std::string, std::string>> dirs;  // directory, why it is searched
   auto it = env.find("LD_LIBRARY_PATH");
   if (it != env.end()) {
@@ -113,6 +134,11 @@ LibProbe locateSystemNccl(const std::string& root, const std::map<std::string, s
       p.path = dir + "/libnccl.so.2";
       p.note = "found by name in " + dir + " (" + why + ")";
       p.fromLdLibraryPath = why == "LD_LIBRARY_PATH";
+      if (preloadByName) {
+        p.preloaded = true;
+        p.label = "system NCCL (LD_PRELOAD)";
+        p.note += "; LD_PRELOAD names it";
+      }
       return p;
     }
   }

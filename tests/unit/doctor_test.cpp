@@ -104,6 +104,32 @@ TEST_F(DoctorTest, SystemNcclShadowedByPyTorchsOwnIsAWarn) {
   EXPECT_MENTIONS(r.fix, "LD_PRELOAD=/usr/lib/libnccl.so.2");
 }
 
+// The warning above tells the user to LD_PRELOAD the system NCCL; once they did, it still
+// warned that PyTorch loads its own, and a different NCCL in LD_PRELOAD (which beats both)
+// was never looked at.
+TEST_F(DoctorTest, AnNcclInLdPreloadIsTheOneEveryJobLoads) {
+  put("usr/lib/libnccl.so.2", "");
+  put("opt/nccl/lib/libnccl.so.2", "");
+  src_.probeNccl = [this](const std::string& path) {
+    LibProbe p;
+    p.loaded = true;
+    p.version = decodeNcclVersionCode(path.find("/usr/lib/") != std::string::npos ? 23007 : 22809);
+    probed_.push_back(path);
+    return p;
+  };
+  src_.env["LD_PRELOAD"] = "/usr/lib/libnccl.so.2";
+  CheckResult r = expectCheck("nccl-system", Verdict::Ok, "/usr/lib/libnccl.so.2");
+  EXPECT_MENTIONS(r.found, "LD_PRELOAD loads it before any other NCCL");
+  src_.env["LD_PRELOAD"] = "libfoo.so /opt/nccl/lib/libnccl.so.2";
+  r = check("nccl-system");
+  EXPECT_MENTIONS(r.found, "/opt/nccl/lib/libnccl.so.2");
+  EXPECT_MENTIONS(r.found, "2.28.9");
+  EXPECT_MENTIONS(r.found, "LD_PRELOAD");
+  src_.env["LD_PRELOAD"] = "libnccl.so.2";  // by name: the loader's search finds /usr/lib's
+  r = expectCheck("nccl-system", Verdict::Ok, "/usr/lib/libnccl.so.2");
+  EXPECT_MENTIONS(r.found, "LD_PRELOAD names it");
+}
+
 TEST_F(DoctorTest, AnNcclInLdLibraryPathIsTheOnePyTorchLoads) {
   put("home/u/nccl/build/lib/libnccl.so.2", "");
   src_.env["LD_LIBRARY_PATH"] = "/home/u/nccl/build/lib";  // NVIDIA's playbook's own NCCL build

@@ -114,6 +114,11 @@ struct GidEntry {
 // `problems`, each unreadable or malformed GID file is named there ("cannot read PATH: why").
 std::vector<GidEntry> readSysfsGids(const std::string& root, const std::string& device, int port,
                                     int tableLen, std::vector<std::string>* problems = nullptr);
+// The same for the listed indices only (those of the gids/ directory's entries that are
+// numbers), each below kGidTableMaxLen: a stray gids/2000000 in a damaged tree is skipped
+// rather than read as a table of two million entries.
+std::vector<GidEntry> readSysfsGidIndices(const std::string& root, const std::string& device, int port,
+                                          const std::vector<int>& indices, std::vector<std::string>* problems);
 // GID table of one port of an open device: _ibv_query_gid_table when rdma-core has it (and
 // it answers: at most 2047 populated entries, rdma-core's limit), the sysfs fallback
 // otherwise. Netdev names are resolved in the caller's network namespace. `tableLen` is

@@ -63,6 +63,7 @@ struct LibProbe {
   NcclVersion version;   // ncclGetVersion(), for NCCL
   int abiMask = 0;       // bit N: exports ncclNetPlugin_vN, for the plugin
   bool fromLdLibraryPath = false;  // found in an LD_LIBRARY_PATH directory
+  bool preloaded = false;          // named by LD_PRELOAD: loaded before any other, PyTorch's own too
 };
 
 // A network interface of this node's namespace.
