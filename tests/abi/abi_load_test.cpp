@@ -306,6 +306,23 @@ TEST_F(AbiLoad, BadSettingIsWarnedAboutByName) {
   EXPECT_TRUE(named) << "no WARN names NCCL_MESH_DEVICES='bogus':" << joinLines(warns);
 }
 
+// A directory for trace files, removed on every way out of a test (a failed assertion's too).
+class TraceDir {
+ public:
+  TraceDir() { made_ = mkdtemp(path_) != nullptr; }
+  ~TraceDir() {
+    if (made_) (void)!system((std::string("rm -rf '") + path_ + "'").c_str());
+  }
+  TraceDir(const TraceDir&) = delete;
+  TraceDir& operator=(const TraceDir&) = delete;
+  bool made() const { return made_; }
+  std::string prefix() const { return std::string(path_) + "/t"; }
+
+ private:
+  char path_[32] = "/tmp/mesh-abi-trace.XXXXXX";
+  bool made_ = false;
+};
+
 // --- (f) the call recorder failing never reaches NCCL --------------------------------------
 
 // With NCCL_MESH_TRACE on, every call hands its arguments to the recorder after the call;
@@ -313,13 +330,9 @@ TEST_F(AbiLoad, BadSettingIsWarnedAboutByName) {
 // NCCL's C frames (std::terminate, NCCL's process gone): recording stops with one WARN and
 // the calls return what they would have.
 TEST_F(AbiLoad, ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn) {
-  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  struct RemoveDir {  // on every way out of the test, a failed assertion's too
-    const char* path;
-    ~RemoveDir() { (void)!system((std::string("rm -rf '") + path + "'").c_str()); }
-  } removeDir{dir};
-  std::string prefix = std::string(dir) + "/t";
+  TraceDir dir;
+  ASSERT_TRUE(dir.made());
+  std::string prefix = dir.prefix();
   ScopedEnv trace("NCCL_MESH_TRACE", prefix.c_str());
   ScopedEnv fail("MESH_TEST_TRACE_THROW", "1");
   ASSERT_NO_FATAL_FAILURE(openPlugin());
@@ -340,13 +353,9 @@ TEST_F(AbiLoad, ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn) {
 // again: the process died of a stack overflow. Run in a child, whose file size limit is 0
 // (EFBIG on every write, SIGXFSZ ignored), as a full disk's ENOSPC would be.
 TEST_F(AbiLoad, ATraceFileThatCannotBeWrittenStopsRecordingAndNcclsCallsGoOn) {
-  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  struct RemoveDir {
-    const char* path;
-    ~RemoveDir() { (void)!system((std::string("rm -rf '") + path + "'").c_str()); }
-  } removeDir{dir};
-  std::string prefix = std::string(dir) + "/t";
+  TraceDir dir;
+  ASSERT_TRUE(dir.made());
+  std::string prefix = dir.prefix();
   fflush(nullptr);
   pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -392,13 +401,9 @@ std::string readWhole(const std::string& path) {
 }
 
 TEST_F(AbiLoad, ATraceOfAProcessKilledBySignalHoldsItsCallsButTheLastSecond) {
-  char dir[] = "/tmp/mesh-abi-trace.XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  struct RemoveDir {
-    const char* path;
-    ~RemoveDir() { (void)!system((std::string("rm -rf '") + path + "'").c_str()); }
-  } removeDir{dir};
-  std::string prefix = std::string(dir) + "/t";
+  TraceDir dir;
+  ASSERT_TRUE(dir.made());
+  std::string prefix = dir.prefix();
   std::string path = prefix + "." + [] {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
