@@ -77,8 +77,19 @@ GpuCaps queryGpuCaps(const std::string& library) {
     if (name != nullptr && name(buf, sizeof(buf) - 1, dev) == 0) g.name = buf;
     if (g.name.empty()) g.name = "GPU " + std::to_string(i);
     int v = 0;
-    g.gdr = attr(&v, kCuAttrGpuDirectRdmaSupported, dev) == 0 && v != 0;
+    rc = attr(&v, kCuAttrGpuDirectRdmaSupported, dev);
+    if (rc != 0) {
+      // A driver older than CUDA 11.3 has no such attribute (CUDA_ERROR_INVALID_VALUE): it is
+      // no "no". NCCL then asks the NIC by registering GPU memory (src/plugin/net.cc
+      // ncclGpuGdrSupport), so the NIC's answer stands here too.
+      caps.gpus.clear();
+      caps.why = "cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED) returned " + std::to_string(rc) +
+                 " (a driver older than CUDA 11.3?)";
+      return caps;
+    }
+    g.gdr = v != 0;
     v = 0;
+    // No DMA-BUF attribute (a driver older than 11.7) is a "no", as NCCL takes it.
     g.dmabuf = attr(&v, kCuAttrDmaBufSupported, dev) == 0 && v != 0;
     v = 0;
     g.integrated = attr(&v, kCuAttrIntegrated, dev) == 0 && v != 0;

@@ -100,9 +100,13 @@ GpuDirectDecision decideGpuDirect(const GpuCaps& gpus, bool nicGdr, bool nicDmab
   GpuDirectDecision d;
   d.cuda = nicGdr;
   d.dmabuf = nicDmabuf;
+  // Flush QPs only where GPU memory can be registered at all, as NCCL's IB transport builds
+  // them only with peermem or the NIC's DMA-BUF (2.30.7 net_ib/connect.cc flushEnabled).
+  d.flushQps = d.cuda || d.dmabuf;
   if (!gpus.known()) return d;
   d.cuda = nicGdr && gpus.anyGdr();
   d.dmabuf = nicDmabuf && gpus.anyDmabuf();
+  d.flushQps = d.cuda || d.dmabuf;
   if (!gpus.anyGdr() && !gpus.anyDmabuf()) {
     d.hostOnly = true;
     d.flushQps = false;
@@ -114,6 +118,10 @@ GpuDirectDecision decideGpuDirect(const GpuCaps& gpus, bool nicGdr, bool nicDmab
              (d.cuda && d.dmabuf ? " and " : "") + (d.dmabuf ? "DMA-BUF" : "") + " (" + gpus.describe() + ")";
   }
   return d;
+}
+
+bool receiverFlushQps(bool gpuMemory, bool gdrFlushDisable, bool forceFlush) {
+  return (gpuMemory && !gdrFlushDisable) || forceFlush;
 }
 
 void applyGpuDirect(const GpuDirectDecision& d, std::vector<NetDevice>* devices) {

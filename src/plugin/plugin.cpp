@@ -291,7 +291,7 @@ CommSettings Plugin::commSettings() const {
   s.gidIndex = config_.gidIndex;
   s.forceFlush = config_.forceFlush;
   s.gdrFlushDisable = config_.gdrFlushDisable;
-  s.flushQps = flushQps_ || config_.forceFlush;
+  s.flushQps = receiverFlushQps(flushQps_, config_.gdrFlushDisable, config_.forceFlush);
   s.tuning.timeout = config_.ibTimeout;
   s.tuning.retryCnt = config_.ibRetryCnt;
   s.tuning.rnrRetry = config_.ibRnrRetry;

@@ -5,6 +5,9 @@
 //   MESH_FAKE_CUDA_INIT=<code>   cuInit's result (default 0; 100 = CUDA_ERROR_NO_DEVICE)
 //   MESH_FAKE_CUDA_GPUS=<list>   GPUs, comma-separated: NAME[:gdr=0|1][:dmabuf=0|1][:integrated=0|1]
 //                                (default: none), e.g. "GB10:gdr=0:dmabuf=0:integrated=1"
+//   MESH_FAKE_CUDA_DRIVER=<ver>  the driver's CUDA version (1000*major + 10*minor, default 13000):
+//                                below 11030 there is no GPUDirect RDMA attribute, below 11070
+//                                no DMA-BUF one (CUDA_ERROR_INVALID_VALUE, as a real old driver)
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +74,9 @@ __attribute__((visibility("default"))) int cuDeviceGetAttribute(int* value, int 
   std::vector<Gpu> g = gpus();
   if (dev < 0 || dev >= static_cast<int>(g.size())) return 101;
   const Gpu& x = g[static_cast<size_t>(dev)];
+  const char* env = getenv("MESH_FAKE_CUDA_DRIVER");
+  int driver = env != nullptr ? atoi(env) : 13000;
+  if ((attr == 116 && driver < 11030) || (attr == 124 && driver < 11070)) return 1;
   switch (attr) {
     case 18: *value = x.integrated; return 0;   // CU_DEVICE_ATTRIBUTE_INTEGRATED
     case 116: *value = x.gdr; return 0;         // ..._GPU_DIRECT_RDMA_SUPPORTED

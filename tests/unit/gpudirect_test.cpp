@@ -77,6 +77,42 @@ TEST(GpuDirectDecision, UnknownGpusLeaveTheNicsAnswer) {
   EXPECT_TRUE(d.info.empty());
 }
 
+// A driver older than CUDA 11.3 has no GPUDirect RDMA attribute: its error was read as "no",
+// and an A100 or V100 with nv_peer_mem, where NCCL's IB transport uses GPUDirect, got host
+// memory only ("expected on this hardware (DGX Spark's GB10...)"). NCCL then asks the NIC
+// (src/plugin/net.cc ncclGpuGdrSupport): the GPUs' answer is unknown, the NIC's stands. A
+// driver of 11.3..11.6 has that attribute but none for DMA-BUF: a "no", as NCCL takes it.
+TEST(CudaCaps, ADriverWithoutTheGpuDirectAttributeIsNoAnswer) {
+  FakeGpus env("A100:gdr=1:dmabuf=0");
+  setenv("MESH_FAKE_CUDA_DRIVER", "11020", 1);
+  GpuCaps c = queryGpuCaps(MESH_CUDA_STANDIN);
+  EXPECT_FALSE(c.known());
+  EXPECT_NE(c.why.find("GPU_DIRECT_RDMA_SUPPORTED) returned 1 (a driver older than CUDA 11.3?)"), std::string::npos)
+      << c.why;
+  GpuDirectDecision d = decideGpuDirect(c, true, false);
+  EXPECT_TRUE(d.cuda);
+  EXPECT_FALSE(d.hostOnly);
+  setenv("MESH_FAKE_CUDA_DRIVER", "11040", 1);
+  c = queryGpuCaps(MESH_CUDA_STANDIN);
+  ASSERT_TRUE(c.known()) << c.why;
+  EXPECT_TRUE(c.anyGdr());
+  EXPECT_FALSE(c.anyDmabuf());
+  unsetenv("MESH_FAKE_CUDA_DRIVER");
+}
+
+// Flush QPs only where GPU memory can be registered, and never with NCCL_GDR_FLUSH_DISABLE:
+// NCCL's IB transport builds them only then (2.30.7 net_ib/connect.cc flushEnabled). Each
+// receive comm built one per device anyway: an RC QP, 256 send WRs and 257 CQ entries unused.
+TEST(GpuDirectDecision, FlushQpsOnlyWhereGpuMemoryCanBeRegistered) {
+  EXPECT_FALSE(decideGpuDirect(GpuCaps(), false, false).flushQps) << "no peermem, no DMA-BUF: nothing to flush";
+  EXPECT_FALSE(decideGpuDirect(caps({{"H100", true, true, false}}), false, false).flushQps);
+  EXPECT_TRUE(decideGpuDirect(caps({{"H100", true, true, false}}), true, false).flushQps);
+  EXPECT_TRUE(receiverFlushQps(true, false, false));
+  EXPECT_FALSE(receiverFlushQps(true, true, false)) << "NCCL_GDR_FLUSH_DISABLE: no flush is ever posted";
+  EXPECT_TRUE(receiverFlushQps(false, true, true)) << "NCCL_MESH_FORCE_FLUSH flushes host memory too";
+  EXPECT_FALSE(receiverFlushQps(false, false, false));
+}
+
 TEST(GpuDirectDecision, Gb10IsHostMemoryOnlyWithoutFlushQps) {
   // The Spark's ConnectX-7 answers the DMA-BUF probe; peermem cannot load there.
   GpuDirectDecision d = decideGpuDirect(caps({{"NVIDIA GB10", false, false, true}}), false, true);

@@ -86,11 +86,15 @@ int cableSpeedMbps(const std::vector<MeshPort>& ports, const std::vector<int>& c
 struct GpuDirectDecision {
   bool cuda = false;
   bool dmabuf = false;
-  bool flushQps = true;     // receive comms need GPUDirect flush QPs
+  bool flushQps = true;     // receive comms need GPUDirect flush QPs (GPU memory can be registered)
   bool hostOnly = false;    // the GPUs rule out GPUDirect here
   std::string info;         // the INFO line; empty when the NIC's answer stands
 };
 GpuDirectDecision decideGpuDirect(const GpuCaps& gpus, bool nicGdr, bool nicDmabuf);
+// Whether receive comms build flush QPs: where GPU memory can be registered (`gpuMemory`, a
+// GpuDirectDecision's flushQps), unless NCCL_GDR_FLUSH_DISABLE (then no flush is ever
+// posted); with NCCL_MESH_FORCE_FLUSH always.
+bool receiverFlushQps(bool gpuMemory, bool gdrFlushDisable, bool forceFlush);
 // ptrSupport of every device after `d`.
 void applyGpuDirect(const GpuDirectDecision& d, std::vector<NetDevice>* devices);
 
