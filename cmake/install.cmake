@@ -45,6 +45,10 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
 set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_GENERATOR "DEB;TGZ")
 set(CPACK_STRIP_FILES OFF)  # done above, keeping the debug info
+# The tarball names its machine (nccl-mesh-0.1.0-Linux-x86_64.tar.gz, -Linux-aarch64): with
+# CPack's default (-Linux) an x86-64 and an aarch64 tarball had one name, and one unpacked on
+# the other machine makes NCCL's dlopen fail ("wrong ELF class") and NCCL quietly fall back.
+set(CPACK_SYSTEM_NAME Linux-${CMAKE_SYSTEM_PROCESSOR})
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # CPack asks `dpkg --print-architecture`, which names the build machine: a cross build for

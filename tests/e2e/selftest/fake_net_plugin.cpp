@@ -305,7 +305,7 @@ ncclResult_t fConnect(int, void* handle, void** sc, ncclNetDeviceHandle_v8_t**) 
     delete p;
     return ncclSystemError;
   }
-  if (getenv("FAKE_LEAK_FD")) (void)dup(0);
+  if (getenv("FAKE_LEAK_FD") && dup(0) < 0) LOG(NCCL_LOG_WARN, "NET/Mesh : FAKE_LEAK_FD: dup failed");
   Comm* c = new Comm;
   c->send = true;
   c->fd = p->fd;

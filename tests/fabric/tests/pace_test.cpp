@@ -19,7 +19,7 @@ class TempDir {
     char tmpl[] = "/tmp/meshfab-pace-XXXXXX";
     path_ = mkdtemp(tmpl);
   }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
+  ~TempDir() { (void)!std::system(("rm -rf " + path_).c_str()); }
   const std::string& path() const { return path_; }
 
  private:
