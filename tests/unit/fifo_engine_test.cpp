@@ -439,6 +439,76 @@ TEST_F(FifoEngine, CompletionsOutOfOrderAcrossQpsStayByteExact) {
   }
 }
 
+// Zero-byte messages are legal (DESIGN "Semantics"): alone, the send still posts its final
+// WRITE_WITH_IMM (nothing else tells the receiver), and in a group beside a non-empty one.
+// (A mutation that skipped the final write for 0 bytes was caught only by the fabric tier,
+// after its 60 s deadline.)
+TEST_F(FifoEngine, ZeroByteSendsCompleteAloneAndInAGroup) {
+  FifoPair p(fake_);
+  std::vector<Buffer*> bufs;
+  Request* r = postRecv(p, {3}, 4096, &bufs);
+  ASSERT_NE(r, nullptr);
+  fake_.run();
+  Request* s = nullptr;
+  ASSERT_EQ(isend(p, 0, 3, 1, &s), ncclSuccess);
+  ASSERT_NE(s, nullptr);
+  size_t got[kGroupMax] = {7, 7};
+  ASSERT_TRUE(p.waitDone(r, got)) << "a 0-byte receive never completed";
+  EXPECT_EQ(got[0], 0u);
+  EXPECT_TRUE(p.waitDone(s));
+  EXPECT_EQ(bufs[0]->bytes[0], 0xee) << "a 0-byte message wrote into the buffer";
+  bufs.clear();
+  r = postRecv(p, {0, 1}, 4096, &bufs);
+  ASSERT_NE(r, nullptr);
+  fake_.run();
+  Request* s0 = nullptr;
+  Request* s1 = nullptr;
+  ASSERT_EQ(isend(p, 100, 1, 2, &s1), ncclSuccess);
+  ASSERT_EQ(isend(p, 0, 0, 3, &s0), ncclSuccess);
+  ASSERT_NE(s0, nullptr);
+  ASSERT_NE(s1, nullptr);
+  got[0] = got[1] = 7;
+  ASSERT_TRUE(p.waitDone(r, got)) << "a group with a 0-byte member never completed";
+  EXPECT_EQ(got[0], 0u);
+  EXPECT_EQ(got[1], 100u);
+  EXPECT_TRUE(matchesPattern(bufs[1]->data(), 100, 2));
+  EXPECT_TRUE(p.waitDone(s0));
+  EXPECT_TRUE(p.waitDone(s1));
+}
+
+// Messages below NCCL_MESH_SPLIT_MIN are not split; they take turns over the connection's QPs
+// (one per FIFO slot), so small traffic uses every link and both functions of a Spark cable,
+// as NCCL's IB transport rotates its QPs. (A mutation that put every small message on QP 0
+// passed the whole suite: the fabric's functions scenario has too few small bytes to show it.)
+TEST_F(FifoEngine, MessagesBelowTheSplitSizeTakeTurnsOverEveryQp) {
+  PairOptions o;
+  o.links = 2;
+  o.qpsPerLink = 2;
+  FifoPair p(fake_, o);
+  const int kMessages = 32;
+  const size_t kSize = 4096;  // below splitMin (64 KiB): one QP per message
+  for (int m = 0; m < kMessages; ++m) {
+    Request* r = postRecv(p, {0}, kSize);
+    ASSERT_NE(r, nullptr);
+    fake_.run();
+    Request* s = nullptr;
+    ASSERT_EQ(isend(p, kSize, 0, m, &s), ncclSuccess);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(p.waitDone(r));
+    ASSERT_TRUE(p.waitDone(s));
+  }
+  std::vector<uint32_t> qps;
+  for (const char* dev : {"a0", "a1"}) {
+    for (uint32_t qpn : fake_.qpnsOn(dev)) qps.push_back(qpn);
+  }
+  ASSERT_EQ(qps.size(), 4u) << "two links of two QPs on the sender";
+  for (uint32_t qpn : qps) {
+    uint64_t share = fake_.bytesWritten(qpn) / kSize;
+    EXPECT_GE(share, kMessages / 4 - 1u) << "QP " << qpn << " carried " << share << " of " << kMessages;
+    EXPECT_LE(share, kMessages / 4 + 1u) << "QP " << qpn << " carried " << share << " of " << kMessages;
+  }
+}
+
 // A memory handle covers the devices of the comm it was registered through (mr_cache.h,
 // issue 32); using it on a comm over other devices is a clear error, never a send with a
 // zero key. NCCL registers through the comm that uses a buffer.
