@@ -93,6 +93,9 @@ TEST_F(CommLifecycle, FlushQpIsDrainedAndDestroyedBeforeItsMemoryGoes) {
   EXPECT_LT(err, dereg) << "flush QP to ERR after its MR was deregistered";
   EXPECT_GE(destroyed, 0);
   EXPECT_LT(destroyed, dereg) << "flush QP destroyed after its MR was deregistered";
+  // Drained: the flushed READ's completion was collected before the QP went (a mutation
+  // that skipped the drain passed the whole suite before this check).
+  EXPECT_EQ(fake_.unpolledAtDestroy(flushQp), 0) << "the flush QP was destroyed with its flushed READ undrained";
 }
 
 // After both comms and the devices are gone, nothing is left and nothing was refused.
@@ -111,6 +114,10 @@ TEST_F(CommLifecycle, EveryVerbsObjectIsReleasedOnceInOrder) {
   EXPECT_EQ(fake_.liveMrs(), 0u);
   EXPECT_EQ(fake_.livePds(), 0u);
   EXPECT_TRUE(warnings_.lines().empty()) << warnings_.lines().front();
+  EXPECT_EQ(fake_.unpolledAtDestroyAll().size(), 10u) << "8 data QPs and 2 flush QPs";
+  for (const auto& [qpn, unpolled] : fake_.unpolledAtDestroyAll()) {
+    EXPECT_EQ(unpolled, 0) << "QP " << qpn << " destroyed with " << unpolled << " completion(s) undrained";
+  }
 }
 
 // Data striped over two links lands through two devices: the flush reads through both.

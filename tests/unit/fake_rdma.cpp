@@ -210,6 +210,11 @@ int destroyQp(ibv_qp* qp) {
   auto it = f.qps_.find(qp->qp_num);
   if (it == f.qps_.end() || &it->second->qp != qp) return EINVAL;
   f.event("destroy_qp " + std::to_string(qp->qp_num));
+  int unpolled = static_cast<int>(it->second->sq.size() + it->second->rq.size());
+  for (const auto& kv : f.cqs_) {
+    for (const ibv_wc& wc : kv.second->wcs) unpolled += wc.qp_num == qp->qp_num ? 1 : 0;
+  }
+  f.unpolledAtDestroy_[qp->qp_num] = unpolled;
   f.qps_.erase(it);
   return 0;
 }

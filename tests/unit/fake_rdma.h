@@ -105,6 +105,13 @@ class FakeRdma {
     auto it = signaledPosted_.find(qpn);
     return it == signaledPosted_.end() ? 0 : it->second;
   }
+  // Completions of QP `qpn` still unpolled in any CQ when it was destroyed (its flushed work
+  // never drained), or -1 while it lives or never existed.
+  int unpolledAtDestroy(uint32_t qpn) const {
+    auto it = unpolledAtDestroy_.find(qpn);
+    return it == unpolledAtDestroy_.end() ? -1 : it->second;
+  }
+  const std::map<uint32_t, int>& unpolledAtDestroyAll() const { return unpolledAtDestroy_; }
   size_t liveQps() const;
   size_t liveCqs() const;
   size_t liveMrs() const;
@@ -180,6 +187,7 @@ class FakeRdma {
   std::map<std::string, int> reads_;
   std::map<uint32_t, uint64_t> written_;
   std::map<uint32_t, uint64_t> posted_, signaledPosted_;
+  std::map<uint32_t, int> unpolledAtDestroy_;
   std::vector<std::string> events_;
   uint32_t nextQpn_ = 0x100;
   uint32_t nextKey_ = 0x10;
