@@ -323,6 +323,23 @@ class TraceDir {
   bool made_ = false;
 };
 
+// A child process that loads the plugin, records into `prefix` (NCCL_MESH_TRACE) and calls
+// init, then runs `body`; it exits with body's result (10: the load failed, 11: init). The
+// parent gets the child's pid (-1: fork failed). A 60 s alarm guards against a hang.
+template <typename Body>
+pid_t forkRecording(const std::string& prefix, Body body) {
+  fflush(nullptr);
+  pid_t child = fork();
+  if (child != 0) return child;
+  alarm(60);
+  setenv("NCCL_MESH_TRACE", prefix.c_str(), 1);
+  Plugin p;
+  std::string why;
+  if (!p.open(&why)) _exit(10);
+  if (p.net().init(captureLog) != ncclSuccess) _exit(11);
+  _exit(body(p));
+}
+
 // --- (f) the call recorder failing never reaches NCCL --------------------------------------
 
 // With NCCL_MESH_TRACE on, every call hands its arguments to the recorder after the call;
@@ -356,28 +373,20 @@ TEST_F(AbiLoad, ATraceFileThatCannotBeWrittenStopsRecordingAndNcclsCallsGoOn) {
   TraceDir dir;
   ASSERT_TRUE(dir.made());
   std::string prefix = dir.prefix();
-  fflush(nullptr);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    alarm(60);  // a hang guard
-    setenv("NCCL_MESH_TRACE", prefix.c_str(), 1);
-    Plugin p;
-    std::string why;
-    if (!p.open(&why)) _exit(10);
-    if (p.net().init(captureLog) != ncclSuccess) _exit(11);
+  pid_t child = forkRecording(prefix, [](Plugin& p) {
     int ndev = -1;
     for (int i = 0; i < 4; ++i) {
-      if (p.net().devices(&ndev) != ncclSuccess) _exit(12);
+      if (p.net().devices(&ndev) != ncclSuccess) return 12;
     }
     signal(SIGXFSZ, SIG_IGN);
     rlimit none{0, RLIM_INFINITY};
-    if (setrlimit(RLIMIT_FSIZE, &none) != 0) _exit(13);
-    if (!p.close()) _exit(14);  // the library's trace flush: the write fails here
+    if (setrlimit(RLIMIT_FSIZE, &none) != 0) return 13;
+    if (!p.close()) return 14;  // the library's trace flush: the write fails here
     int failed = 0;
     for (const std::string& w : logged(NCCL_LOG_WARN)) failed += contains(w, "NCCL_MESH_TRACE: writing") ? 1 : 0;
-    _exit(failed == 1 ? 0 : 20 + std::min(failed, 9));
-  }
+    return failed == 1 ? 0 : 20 + std::min(failed, 9);
+  });
+  ASSERT_GE(child, 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status)
@@ -409,18 +418,9 @@ TEST_F(AbiLoad, ATraceOfAProcessKilledBySignalHoldsItsCallsButTheLastSecond) {
     gethostname(host, sizeof(host) - 1);
     return std::string(host);
   }();
-  fflush(nullptr);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    alarm(60);  // a hang guard
-    setenv("NCCL_MESH_TRACE", prefix.c_str(), 1);
-    Plugin p;
-    std::string why;
-    if (!p.open(&why)) _exit(10);
-    if (p.net().init(captureLog) != ncclSuccess) _exit(11);
+  pid_t child = forkRecording(prefix, [&path](Plugin& p) {
     std::string file = path + "." + std::to_string(getpid()) + ".trace";
-    if (readWhole(file).rfind("nccl-mesh-trace ", 0) != 0) _exit(12);  // the header, before any call
+    if (readWhole(file).rfind("nccl-mesh-trace ", 0) != 0) return 12;  // the header, before any call
     // Calls go on until the file holds the devices() records, then the process is killed.
     // One call every 20 ms (a pace, not a wait for anything): 64 KiB of records, the size
     // that also flushes, would take a minute, so only the flush due a second after the last
@@ -428,13 +428,14 @@ TEST_F(AbiLoad, ATraceOfAProcessKilledBySignalHoldsItsCallsButTheLastSecond) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     int ndev = -1;
     while (readWhole(file).find(" devices ") == std::string::npos) {
-      if (std::chrono::steady_clock::now() > deadline) _exit(13);
-      if (p.net().devices(&ndev) != ncclSuccess) _exit(14);
+      if (std::chrono::steady_clock::now() > deadline) return 13;
+      if (p.net().devices(&ndev) != ncclSuccess) return 14;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     raise(SIGKILL);
-    _exit(15);
-  }
+    return 15;
+  });
+  ASSERT_GE(child, 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status)
