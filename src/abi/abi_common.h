@@ -82,15 +82,15 @@ inline ncclResult_t requireInit(const char* what) {
 // (NCCL_MESH_IB_TC, else the port's), never an error: NCCL takes a failed v11+ init as "this
 // plugin is unusable" and quietly runs every later communicator over its own transports
 // (2.28.9/2.30.7 src/plugin/net.cc), and NCCL's IB transport uses the value unchecked.
-// init (once per communicator) reports every time; connect reports a class unlike the last
+// init (once per communicator) reports at every call; connect reports a class unlike the last
 // one reported, as NCCL passes the same config on every try of a connect.
-inline ncclResult_t connOptions(const ncclNetCommConfig_v10_t* config, const char* what,
+inline ncclResult_t connOptions(const ncclNetCommConfig_v10_t* config, const char* what, bool reportEveryCall,
                                 ConnOptions* out) {
   *out = ConnOptions();
   if (config == nullptr || config->trafficClass == NCCL_NET_TRAFFIC_CLASS_UNDEF) return ncclSuccess;
   if (config->trafficClass < 0 || config->trafficClass > 255) {
     static std::atomic<int> lastReported{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    if (lastReported.exchange(config->trafficClass) != config->trafficClass || strcmp(what, "init") == 0) {
+    if (lastReported.exchange(config->trafficClass) != config->trafficClass || reportEveryCall) {
       MESH_WARN("%s: traffic class %d is out of range: the communicator's trafficClass must be "
                 "0..255 (RoCE GRH traffic class) or unset; using the default (NCCL_MESH_IB_TC, else 0)",
                 what, config->trafficClass);

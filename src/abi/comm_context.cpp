@@ -107,7 +107,7 @@ ncclResult_t ctxInit(int abi, void** ctx, uint64_t commId, ncclNetCommConfig_v11
   return guarded("init", [&] {
     auto c = std::make_unique<CommContext>();
     c->commId = commId;
-    MESH_CHECK(connOptions(config, "init", &c->conn));
+    MESH_CHECK(connOptions(config, "init", /*reportEveryCall=*/true, &c->conn));
     int tc = c->conn.trafficClass;
     size_t live = 0;
     *ctx = contexts().add(std::move(c), &live);

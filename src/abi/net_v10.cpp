@@ -17,7 +17,7 @@ ncclResult_t v10Init(ncclDebugLogger_t logFunction, ncclProfilerCallback_t) { re
 ncclResult_t v10Connect(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
                         ncclNetDeviceHandle_v10_t** sendDevComm) {
   ConnOptions opts;
-  MESH_CHECK(abi::connOptions(config, "connect", &opts));
+  MESH_CHECK(abi::connOptions(config, "connect", /*reportEveryCall=*/false, &opts));
   return abi::connect(dev, handle, opts, sendComm, sendDevComm);
 }
 
