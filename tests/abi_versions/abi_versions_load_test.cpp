@@ -592,11 +592,20 @@ TEST_F(AbiVersions, V8RefusesSendsOverOneGiB) {
   ASSERT_NE(v8, nullptr);
   ASSERT_EQ(v8->init(captureLog), ncclSuccess);
   void* req = reinterpret_cast<void*>(0x1);
-  alignas(64) char fakeComm[256] = {};  // never dereferenced: the size is refused first
-  EXPECT_EQ(v8->isend(fakeComm, nullptr, (1 << 30) + 1, 0, nullptr, &req), ncclInvalidArgument);
-  EXPECT_EQ(v8->isend(fakeComm, nullptr, INT_MAX, 0, nullptr, &req), ncclInvalidArgument);
-  EXPECT_EQ(v8->isend(fakeComm, nullptr, -1, 0, nullptr, &req), ncclInvalidArgument);
+  // A NULL comm: the size is refused before the comm is looked at, and were it not, the NULL
+  // check would answer with another message (the test fails; it does not crash the binary).
+  EXPECT_EQ(v8->isend(nullptr, nullptr, (1 << 30) + 1, 0, nullptr, &req), ncclInvalidArgument);
   EXPECT_TRUE(warned({"isend", "1 GiB"})) << allWarnings();
+  EXPECT_FALSE(warned({"sendComm is NULL"})) << allWarnings();
+  clearLog();
+  EXPECT_EQ(v8->isend(nullptr, nullptr, INT_MAX, 0, nullptr, &req), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"isend", "1 GiB"})) << allWarnings();
+  clearLog();
+  EXPECT_EQ(v8->isend(nullptr, nullptr, -1, 0, nullptr, &req), ncclInvalidArgument);
+  EXPECT_TRUE(warned({"isend", "negative size"})) << allWarnings();
+  // irecv looks for a NULL comm before the sizes: it needs one, never dereferenced while the
+  // negative size is refused first.
+  alignas(64) char fakeComm[256] = {};
   int sizes[1] = {-5};
   int tags[1] = {0};
   char buf[8];
