@@ -249,6 +249,13 @@ std::map<std::string, long> fabricCounter(const std::string& name) {
 
 }  // namespace
 
+long fabricNodeCounter(const std::string& name) {
+  if (fabricDir() == nullptr) return -1;
+  long sum = 0;
+  for (const auto& [dev, v] : fabricCounter(name)) sum += v;
+  return sum;
+}
+
 std::string fabricSentBytes() {
   std::string out;
   for (const auto& [dev, v] : fabricCounter("sent_bytes")) {

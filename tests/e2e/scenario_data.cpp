@@ -189,6 +189,10 @@ std::string runPair(Context& ctx) {
   CommTable t = establish(ctx, {{peer}, {peer}, 1, "pair"}, ctx.deadline);
   RouteReport route = checkRouting(ctx, mark, {peer});
   requireConnLines(route, {peer}, 1);
+  // A flush is an RDMA READ: on the fabric, count the READs this node executed (the flush's
+  // loopback READ is served here), so that a flush request that completes without reading
+  // fails the test.
+  long readsBefore = fabricNodeCounter("executed_reads");
   size_t arena = std::max(PairTest::kArena, big + PairTest::kBigSlack);
   PairTest test(ctx, t[peer].send[0], t[peer].recv[0], arena);
   test.sizes(iters);
@@ -199,8 +203,16 @@ std::string runPair(Context& ctx) {
   ctx.barrier("pair-done");
   test.release();
   closeAll(ctx, t);
+  long reads = readsBefore >= 0 ? fabricNodeCounter("executed_reads") - readsBefore : -1;
+  if (test.flushes() > 0 && reads >= 0) {
+    setPhase("counting the flushes' READs");
+    if (reads < test.flushes()) {
+      fail("%ld flushes completed, but the fabric executed %ld RDMA READs on this node", test.flushes(), reads);
+    }
+  }
   std::string bigText = big > 0 ? format(", big %zu B with chunk size %s", big, chunk.c_str()) : "";
   std::string flushText = test.flushes() > 0 ? format(", %ld flushes", test.flushes()) : "";
+  if (test.flushes() > 0 && reads >= 0) flushText += format(" (%ld READs executed)", reads);
   return format("api=v%d sent=%s in %.2f s (sizes x%d, 32 outstanding, %d groups of 8, short sends%s%s) "
                 "route=[%s]",
                 ctx.api, humanBytes(static_cast<double>(test.bytes())).c_str(), test.seconds(), iters, groups,

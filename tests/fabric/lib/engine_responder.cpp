@@ -157,6 +157,7 @@ void executeRead(Fabric* f, Conn* c, Qp* qp, const Packet& h) {
     return responderError(f, c, qp, h, NakCode::Access);
   }
   qp->expectedPsn = psnAdd(h.psn, h.npsn);
+  count(f, qp->dev, kExecutedReads);
   queueReadResponse(c, qp, h);
 }
 

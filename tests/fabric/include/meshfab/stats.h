@@ -24,7 +24,7 @@
 namespace meshfab {
 
 constexpr uint32_t kStatsMagic = 0x4d465354;  // "MFST"
-constexpr uint32_t kStatsVersion = 2;  // 2: sent_bytes, rcvd_bytes, paced_waits
+constexpr uint32_t kStatsVersion = 3;  // 2: sent_bytes, rcvd_bytes, paced_waits; 3: executed_reads
 constexpr int kStatsMaxDevices = 32;
 
 enum StatsRes { kResPd, kResCq, kResQp, kResMr, kResCtx, kResCount };
@@ -48,6 +48,7 @@ enum StatsCounter {
   kSentBytes,           // payload bytes sent (WRITE/SEND data, READ responses)
   kRcvdBytes,           // payload bytes received and placed
   kPacedWaits,          // times a packet waited for its port's or wire's rate cap
+  kExecutedReads,       // responder: RDMA READ requests executed (the fabric's own; rxe has none)
   kCounterCount
 };
 inline const char* counterName(int c) {
@@ -55,7 +56,7 @@ inline const char* counterName(int c) {
       "sent_pkts",          "rcvd_pkts",         "duplicate_request", "out_of_seq_request",
       "completer_retry_err", "retry_exceeded_err", "rcvd_rnr_err",      "send_rnr_nak",
       "rcvd_seq_err",       "unreachable_drops", "sent_bytes",        "rcvd_bytes",
-      "paced_waits"};
+      "paced_waits",        "executed_reads"};
   return kNames[c];
 }
 
