@@ -35,6 +35,7 @@ struct PendingAccept {
   std::vector<Route> routes;
   std::unique_ptr<PreparedConn> conn;
   std::string peer;
+  bool authenticated = false;  // its HELLO carried the listener's token: a connect meant for it
 };
 
 class Listener {
@@ -51,8 +52,16 @@ class Listener {
   Clock::time_point lastRefusalLog;
   int refusalsSinceLog = 0;
   // Cross-thread.
-  std::mutex mutex;                                  // guards ready
+  std::mutex mutex;                                  // guards ready and the failure below
   std::deque<std::unique_ptr<PreparedConn>> ready;   // pushed by the reactor, popped by accept
+  // The last connect meant for this listener (its token) that failed on this side, unless
+  // another has arrived since. accept() reports it once nobody can still be trying (see
+  // Handshaker::pollAccept).
+  bool failed = false;
+  std::string failure;
+  ncclResult_t failureCode = ncclSystemError;
+  Clock::time_point failedAt;
+  bool failureReported = false;
   std::atomic<bool> acceptWanted{false};             // set by accept(), cleared by the reactor
 };
 
@@ -198,9 +207,21 @@ void dropPending(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccep
   }
 }
 
+// A connect meant for this listener ended without a connection: accept() reports it if no
+// other follows (a relayed connect tries its next relay with the same token).
+void noteFailed(Listener* l, const std::shared_ptr<PendingAccept>& pa, const std::string& why, ncclResult_t code) {
+  if (!pa->authenticated || l->closed) return;
+  std::lock_guard<std::mutex> lock(l->mutex);
+  l->failed = true;
+  l->failure = "the connection from " + pa->peer + " failed on this side: " + why;
+  l->failureCode = code;
+  l->failedAt = Clock::now();
+}
+
 void refuse(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccept>& pa,
-            const std::string& why) {
+            const std::string& why, ncclResult_t code = ncclRemoteError) {
   logRefusal(l, pa->peer, why);
+  noteFailed(l, pa, why, code);
   HsMessage reject;
   reject.type = HsType::Reject;
   reject.token = l->token;
@@ -216,8 +237,13 @@ void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
              const std::shared_ptr<PendingAccept>& pa, const HsMessage& msg) {
   if (msg.type != HsType::Hello) return refuse(hs, l.get(), pa, "expected HELLO");
   if (msg.token != l->token) return refuse(hs, l.get(), pa, "wrong token (stale or forged handle)");
+  pa->authenticated = true;
+  {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->failed = false;  // a newer attempt: what happens to it decides
+  }
   RouteResult route = acceptRoutes(l->nics, msg.links);
-  if (!route.ok()) return refuse(hs, l.get(), pa, route.error);
+  if (!route.ok()) return refuse(hs, l.get(), pa, route.error, ncclSystemError);
   pa->routes = std::move(route.routes);
   pa->hello = msg;
   pa->stage = PendingAccept::Stage::Parked;
@@ -243,6 +269,7 @@ void onPendingEvent(Handshaker* hs, const std::shared_ptr<Listener>& l,
   if (rc == 0) return;
   if (rc == -2) {
     if (pa->stage != PendingAccept::Stage::Hello) logRefusal(l.get(), pa->peer, "peer closed the connection mid-handshake");
+    noteFailed(l.get(), pa, "the peer closed the connection mid-handshake", ncclRemoteError);
     return dropPending(hs, l.get(), pa);
   }
   if (rc == -1) return refuse(hs, l.get(), pa, error);
@@ -271,7 +298,7 @@ void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
     ncclResult_t r = hs->transport()->prepare(false, next->routes, ConnOptions(), &next->conn, &accept);
     if (r == ncclSuccess) r = hs->transport()->activate(next->conn.get(), next->hello, &accept);
     if (r != ncclSuccess) {
-      refuse(hs, l.get(), next, "could not set up the RDMA side of the connection (see the peer's log)");
+      refuse(hs, l.get(), next, "could not set up the RDMA side of the connection (see the peer's log)", r);
       continue;
     }
     accept.type = HsType::Accept;
@@ -279,6 +306,7 @@ void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
     std::string error;
     if (!sendMessage(next->fd, accept, &error)) {
       logRefusal(l.get(), next->peer, "sending ACCEPT failed: " + error);
+      noteFailed(l.get(), next, "sending ACCEPT failed: " + error, ncclRemoteError);
       dropPending(hs, l.get(), next);
       continue;
     }
@@ -291,7 +319,8 @@ void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
 // Only sockets that have not yet presented the token are bounded: a scanner or a flood of
 // half-open connections cannot grow memory, and evicting its oldest socket (rather than
 // refusing the newcomer) keeps a real connect, which sends its HELLO at once, from being
-// locked out. Authenticated connects wait for accept() without limit, as NCCL expects.
+// locked out. Authenticated connects are never evicted: they wait for accept() until the
+// connect timeout, as their connector does.
 void evictIfFull(Handshaker* hs, const std::shared_ptr<Listener>& l) {
   auto unauthenticated = [&] {
     std::vector<std::shared_ptr<PendingAccept>> out;  // in arrival order
@@ -338,6 +367,10 @@ bool expirePending(Handshaker* hs, const std::shared_ptr<Listener>& l, Clock::ti
   }
   for (const auto& pa : expired) {
     logRefusal(l.get(), pa->peer, "handshake timed out");
+    noteFailed(l.get(), pa,
+               pa->stage == PendingAccept::Stage::Parked ? "its HELLO waited for accept() past the connect timeout"
+                                                         : "handshake timed out",
+               ncclRemoteError);
     dropPending(hs, l.get(), pa);
   }
   maybeProcess(hs, l);
@@ -583,6 +616,21 @@ ncclResult_t Handshaker::pollAccept(const std::shared_ptr<Listener>& l,
       *conn = std::move(l->ready.front());
       l->ready.pop_front();
       return ncclSuccess;
+    }
+    // NCCL's IB transport fails accept() when its connection fails; here a connect may come
+    // again with the same token (a relayed connect tries its next relay, a two-relay one
+    // falls back to one relay), so the failure counts once no connector can still be
+    // trying: every connect gives up within two connect timeouts of its start, which was
+    // before this failure, and a newer attempt would have cleared it.
+    auto grace = 2 * std::chrono::milliseconds(settings_.timeoutMs);
+    if (l->failed && Clock::now() - l->failedAt >= grace) {
+      if (!l->failureReported) {
+        l->failureReported = true;
+        MESH_WARN("accept on port %u: %s; no other connect came within %lld ms (2 x NCCL_MESH_CONNECT_TIMEOUT_MS)",
+                  l->port, l->failure.c_str(), static_cast<long long>(grace.count()));
+      }
+      conn->reset();
+      return l->failureCode;
     }
   }
   conn->reset();

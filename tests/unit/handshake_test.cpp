@@ -623,6 +623,84 @@ TEST_F(HandshakeTest, ActivationFailureRefusesTheConnector) {
   hs_->closeListener(l);
 }
 
+// Calls accept as NCCL's thread does until it returns a connection or an error (or the test's
+// own 10 s pass: ncclInProgress stands for "still nothing").
+ncclResult_t acceptUntilDone(Handshaker* hs, const std::shared_ptr<Listener>& l, std::unique_ptr<PreparedConn>* out,
+                             Clock::duration* took) {
+  auto start = Clock::now();
+  ncclResult_t r = ncclSuccess;
+  while (r == ncclSuccess && *out == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
+    r = hs->pollAccept(l, out);
+    std::this_thread::yield();
+  }
+  *took = Clock::now() - start;
+  return r == ncclSuccess && *out == nullptr ? ncclInProgress : r;
+}
+
+// NCCL's IB transport fails accept() when the connection fails; without an error NCCL's
+// thread calls accept() forever while the connecting rank has already failed. A failure on
+// the listener's side ends accept() once no connect can still be trying (two connect
+// timeouts), with the reason, once.
+TEST_F(HandshakeTest, AConnectThatFailedOnTheListenersSideFailsAcceptOnceNoOtherFollows) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  testing_support::WarnCapture warnings;
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  transport_.failActivate = true;
+  std::unique_ptr<PreparedConn> send, recv;
+  auto start = Clock::now();  // the failure comes after this
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclRemoteError) << "the connector is refused";
+  Clock::duration took{};
+  EXPECT_EQ(acceptUntilDone(hs_.get(), l, &recv, &took), ncclSystemError) << "accept never ended";
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(600)) << "reported before two connect timeouts";
+  EXPECT_EQ(recv, nullptr);
+  EXPECT_NE(warnings.last().find("failed on this side: could not set up the RDMA side"), std::string::npos)
+      << warnings.last();
+  size_t lines = warnings.lines().size();
+  EXPECT_EQ(hs_->pollAccept(l, &recv), ncclSystemError) << "the error stays";
+  EXPECT_EQ(warnings.lines().size(), lines) << "reported once";
+  hs_->closeListener(l);
+}
+
+// A relayed connect asks its next relay with the same token after one fails: the listener
+// takes the second attempt, and accept() returns it, never the first one's failure.
+TEST_F(HandshakeTest, AFailedConnectFollowedByAGoodOneIsAccepted) {
+  makeHandshaker(8, /*timeoutMs=*/500);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  transport_.failActivate = true;
+  std::unique_ptr<PreparedConn> send, recv;
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclRemoteError);
+  transport_.failActivate = false;
+  send.reset();
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv), ncclSuccess);
+  EXPECT_NE(recv, nullptr);
+  // Past the grace (1 s): the listener's state is the good connection's.
+  auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(1200)) std::this_thread::yield();
+  std::unique_ptr<PreparedConn> more;
+  EXPECT_EQ(hs_->pollAccept(l, &more), ncclSuccess) << "an old failure was reported";
+  EXPECT_EQ(more, nullptr);
+  hs_->closeListener(l);
+}
+
+// A HELLO that waited for accept() past the connect timeout: its connector gave up; an
+// accept() that comes later ends with that, not never.
+TEST_F(HandshakeTest, AnAcceptCalledAfterItsConnectorGaveUpFails) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::unique_ptr<PreparedConn> send, recv;
+  ASSERT_EQ(connectAndAccept(l, h, &send, &recv, /*callAccept=*/false), ncclRemoteError);
+  Clock::duration took{};
+  EXPECT_EQ(acceptUntilDone(hs_.get(), l, &recv, &took), ncclRemoteError);
+  EXPECT_EQ(recv, nullptr);
+  hs_->closeListener(l);
+}
+
 
 // Raw header bytes: magic, version, type, length, reserved, token (little-endian).
 std::vector<uint8_t> rawHeader(uint32_t length, uint16_t type = 1) {

@@ -57,7 +57,10 @@ class Handshaker {
 
   // Binds the listener sockets (non-blocking) and fills *handle. NCCL thread.
   ncclResult_t listen(std::shared_ptr<Listener>* out, Handle* handle);
-  // Returns a finished connection, or nullptr while none is ready. NCCL thread.
+  // Returns a finished connection, or nullptr while none is ready. NCCL thread. An error
+  // once a connect meant for this listener failed here and none followed within two connect
+  // timeouts (NCCL's IB transport fails accept() with its connection; without this NCCL's
+  // thread would call accept() forever).
   ncclResult_t pollAccept(const std::shared_ptr<Listener>& listener,
                           std::unique_ptr<PreparedConn>* conn);
   void closeListener(std::shared_ptr<Listener> listener);
