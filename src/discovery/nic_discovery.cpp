@@ -416,6 +416,7 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
   }
   bool gdr = gdrAvailable();
   std::vector<HcaDevice> seen;  // every device listed, for the NCCL_MESH_HCA check below
+  std::string overCap;  // devices left out beyond kMaxMeshDevices
   for (int d = 0; d < ndev; ++d) {
     std::string name = api.getDeviceName(list[d]);
     seen.push_back({name, -1});
@@ -439,7 +440,18 @@ ncclResult_t discoverPorts(const VerbsApi& api, const Config& config, Discovery*
         out->ports.push_back(std::move(port));
       }
     }
-    if (out->ports.size() > before) out->devices.push_back(std::move(dev));
+    if (out->ports.size() > before) {
+      if (out->devices.size() == static_cast<size_t>(kMaxMeshDevices)) {
+        out->ports.resize(before);  // a registration could not cover it: every regMr would fail
+        overCap += (overCap.empty() ? "" : ", ") + name;
+        continue;
+      }
+      out->devices.push_back(std::move(dev));
+    }
+  }
+  if (!overCap.empty()) {
+    MESH_WARN("RDMA devices with mesh ports beyond the first %d are not used: %s (NCCL_MESH_HCA chooses which "
+              "devices the plugin takes)", kMaxMeshDevices, overCap.c_str());
   }
   if (ifs != nullptr) freeifaddrs(ifs);
   api.freeDeviceList(list);

@@ -76,6 +76,10 @@ struct MeshPort {
   std::string label() const;  // "rxe_p1:1/p1"
 };
 
+// The RDMA devices the plugin takes at most (a registration keeps a key per device:
+// mr_cache.h). Devices with mesh ports beyond it are left out at init, with a WARN.
+constexpr int kMaxMeshDevices = 16;
+
 struct Discovery {
   std::vector<std::unique_ptr<VerbsDevice>> devices;
   std::vector<MeshPort> ports;

@@ -23,10 +23,11 @@
 #include <vector>
 
 #include "err.h"
+#include "mesh/discovery/nic_discovery.h"
 
 namespace mesh {
 
-constexpr int kMaxDevices = 16;
+constexpr int kMaxDevices = kMaxMeshDevices;  // discovery takes no more (nic_discovery.h)
 
 enum class MemKind { Host, Cuda, Dmabuf };
 
