@@ -163,9 +163,12 @@ ncclResult_t RelayConnector::stepCandidate() {
       }
       if (index_ >= candidates_.size()) {
         // Every candidate failed. Until the connect timeout, ask again every 100 ms: a
-        // neighbour's relay may not be listening yet, or its staging memory may free up.
-        // A two-relay leg does not wait: its connect falls back to one relay, which does.
-        if (now >= routeDeadline_ || candidates_.empty() || opts_.twinLeg != 0) {
+        // neighbour's relay may not be listening yet. A two-relay leg does not wait: its
+        // connect falls back to one relay, which does. Relays that all said their staging
+        // memory is full end it at once: NCCL sets up a communicator's connections before
+        // any closes, so waiting would only move the same error 30 s later.
+        bool allFull = !candidates_.empty() && memRefusals_ == candidates_.size();
+        if (now >= routeDeadline_ || candidates_.empty() || opts_.twinLeg != 0 || allFull) {
           state_ = State::Failed;
           return ncclSuccess;
         }
@@ -175,6 +178,7 @@ ncclResult_t RelayConnector::stepCandidate() {
         std::vector<NextHop> again = lookup_(false);
         if (!again.empty()) candidates_ = again;
         index_ = 0;
+        memRefusals_ = 0;
         tried_.clear();
       }
       if (pastEnd(now)) {
@@ -275,6 +279,7 @@ ncclResult_t RelayConnector::stepCandidate() {
         return ncclSuccess;
       }
       if (m.reply.status != RelayStatus::Ok) {
+        if (m.reply.status == RelayStatus::NoMemory) ++memRefusals_;
         nextCandidate(std::string(relayStatusName(m.reply.status)) + ": " + m.reply.reason);
         return ncclSuccess;
       }

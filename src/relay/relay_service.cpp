@@ -146,7 +146,11 @@ void RelayService::bindListeners(std::vector<int>* fds) {
     }
   }
   serving_.store(true);
-  MESH_INFO(NCCL_INIT | NCCL_NET, "relay: serving on port %d of %zu mesh address(es)", settings_.port, fds->size());
+  size_t ring = settings_.geometry.ringBytes();
+  MESH_INFO(NCCL_INIT | NCCL_NET,
+            "relay: serving on port %d of %zu mesh address(es); staging memory for %zu relayed connections "
+            "(NCCL_MESH_RELAY_MEM=%zu bytes, %zu each)",
+            settings_.port, fds->size(), ring == 0 ? size_t{0} : settings_.memCap / ring, settings_.memCap, ring);
 }
 
 void RelayService::acceptSessions(int lfd) {
@@ -206,6 +210,13 @@ void RelayService::makeRoom() {
 void RelayService::replyError(Session& s, RelayStatus status, const std::string& reason) {
   MESH_INFO(NCCL_NET, "relay: refused %s's request for %s: %s: %s", formatIpv4(s.peerAddr).c_str(), s.target.c_str(),
             relayStatusName(status), reason.c_str());
+  // The cap is this node's setting, and the jobs whose connects it refuses are other nodes':
+  // this node's log says so once, where the setting would be raised.
+  if (status == RelayStatus::NoMemory && !memCapWarned_) {
+    memCapWarned_ = true;
+    MESH_WARN("relay: staging memory is full (%s); relayed connects through this node are refused: raise "
+              "NCCL_MESH_RELAY_MEM here (further refusals are INFO)", reason.c_str());
+  }
   RelayMessage m;
   m.type = RelayType::OpenReply;
   m.reply.request = s.open.request;

@@ -726,8 +726,9 @@ std::string runSilentRelay(Context& ctx) {
 
 // NCCL_MESH_RELAY_MEM holds one connection's ring: two 0 -> 2 comms opened at once must both
 // connect, through different relays (a relay that holds one refuses the next); a third, opened
-// once both are up, finds both relays full and must fail cleanly within the connect timeout,
-// each relay having logged its NoMemory refusal. (Which relay the first two take depends on
+// once both are up, finds both relays full and must fail cleanly at once (in under half the
+// connect timeout: relays that all refuse for memory end a connect without its retries),
+// each relay having logged its NoMemory refusal, and WARNed about it once. (Which relay the first two take depends on
 // which routes the HELLOs had announced when they looked; the third does not.)
 std::string runMemcap(Context& ctx, size_t size) {
   const char* cap = getenv("NCCL_MESH_RELAY_MEM");
@@ -759,8 +760,8 @@ std::string runMemcap(Context& ctx, size_t size) {
     ctx.net.check(ctx.net->closeListen(lc), "closeListen", "memcap: third listener");
   } else if (ctx.rank == kA) {
     std::string handle = ctx.rv->fetch("h.memcap.third", ctx.deadline, "rank 2's third handle");
-    double bound = envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000) + 10;
-    setPhase(format("memcap: a third 0->2 connect while both relays are full (must fail within %.0f s)", bound));
+    double bound = envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000) / 2;
+    setPhase(format("memcap: a third 0->2 connect while both relays are full (must fail within %.1f s)", bound));
     RefusedConnect r = connectMustFail(
         ctx, handle,
         format("memcap: a third 0->2 connect, with NCCL_MESH_RELAY_MEM=%s on relays already holding one connection each",
@@ -786,6 +787,10 @@ std::string runMemcap(Context& ctx, size_t size) {
       fail("memcap: rank %d relays one 0->2 connection but logged no 'relay memory cap reached' refusal of the "
            "third (NCCL_MESH_RELAY_MEM=%s)", r, cap);
     }
+  }
+  if (ctx.rank == v0 || ctx.rank == v1) {
+    int warned = static_cast<int>(countLog(ctx, mark, "relay: staging memory is full"));
+    if (warned != 1) fail("memcap: this relay refused for memory but WARNed 'staging memory is full' %d times, not once", warned);
   }
   if ((ctx.rank == v0 || ctx.rank == v1) && relaying != 1) {
     fail("memcap: this rank relays one of the two connections but logged %d 'relay: relaying' lines", relaying);

@@ -147,6 +147,7 @@ class RelayService {
   std::atomic<bool> stop_{false};
   std::atomic<size_t> liveLinks_{0};
   std::atomic<size_t> memUsed_{0};
+  bool memCapWarned_ = false;  // relay thread only
   std::atomic<bool> serving_{false};
   std::atomic<bool> abandon_{false};
   // Relay thread only:
@@ -223,6 +224,7 @@ class RelayConnector {
   std::chrono::steady_clock::time_point deadline_;
   std::shared_ptr<Connector> leg_;
   std::vector<std::string> tried_;
+  size_t memRefusals_ = 0;  // candidates of this round that answered NoMemory
 };
 
 }  // namespace mesh
