@@ -497,7 +497,7 @@ ncclResult_t Comm::completionError(const ibv_wc& wc) {
   return failure_;
 }
 
-ncclResult_t Comm::progress() {
+ncclResult_t Comm::checkEvents() {
   int event = asyncEvent_.load(std::memory_order_acquire);
   if (event >= 0 && failure_ == ncclSuccess) {
     fail(std::string("fatal asynchronous event on ") + (event == IBV_EVENT_CQ_ERR ? "its completion queue: " : "one of its QPs: ") +
@@ -506,6 +506,11 @@ ncclResult_t Comm::progress() {
   for (int s = 0; s < ndevs_ && failure_ == ncclSuccess; ++s) {
     if (devs_[s].dev->fatal()) fail(devs_[s].dev->name() + " reported a fatal error (IBV_EVENT_DEVICE_FATAL)", ncclSystemError);
   }
+  return failure_;
+}
+
+ncclResult_t Comm::progress() {
+  checkEvents();
   ibv_wc wcs[16];
   for (int s = 0; s < ndevs_; ++s) {
     for (;;) {

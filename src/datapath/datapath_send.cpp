@@ -27,13 +27,17 @@ bool SendComm::slotArrived(int slot, int pos, uint64_t expect) const {
 }
 
 // The group of the next slot (seq), once every entry of it has landed: NULL while it has
-// not, or while the slot's previous group (seq - kFifoDepth) is still on the wire.
+// not, or while the slot's previous group (seq - kFifoDepth) is still on the wire. Only the
+// latter polls (its completions free the slot): a slot the receiver has not posted yet is a
+// load, as in ncclIbIsend (NCCL's proxy calls isend many times per message while it
+// waits; its test() calls poll for everything in flight), plus the fatal events.
 ncclResult_t SendComm::nextGroup(Group** out) {
   *out = nullptr;
   int slot = static_cast<int>(seq_ % kFifoDepth);
   uint64_t expect = seq_ + 1;
   Group& g = groups_[slot];
-  if ((g.nreqs != 0 && g.assigned == g.nreqs) || !slotArrived(slot, 0, expect)) return progress();
+  if (g.nreqs != 0 && g.assigned == g.nreqs) return progress();
+  if (!slotArrived(slot, 0, expect)) return checkEvents();
   const FifoSlot* slots = ctrl()->fifo[slot];
   int nreqs = slots[0].nreqs;
   if (nreqs < 1 || nreqs > kGroupMax) {

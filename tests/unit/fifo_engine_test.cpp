@@ -199,11 +199,25 @@ TEST_F(FifoEngine, TagAbsentFromTheSlotIsNullUntilASlotWithItIsPosted) {
   EXPECT_TRUE(warnings_.lines().empty()) << warnings_.lines().front();
 }
 
-TEST_F(FifoEngine, NoSlotPostedIsNull) {
+// And costs no poll: NCCL's proxy calls isend over and over while the receiver has not
+// posted (ncclIbIsend reads the slot and returns); test() polls for what is in flight.
+TEST_F(FifoEngine, NoSlotPostedIsNullWithoutPolling) {
   FifoPair p(fake_);
   Request* s = nullptr;
-  EXPECT_EQ(isend(p, 8, 0, 0, &s), ncclSuccess);
-  EXPECT_EQ(s, nullptr);
+  uint64_t polls = fake_.polls();
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(isend(p, 8, 0, 0, &s), ncclSuccess);
+    EXPECT_EQ(s, nullptr);
+  }
+  EXPECT_EQ(fake_.polls(), polls) << "a NULL isend polled the CQs";
+  // The slot, once posted, is taken by the next call.
+  Request* r = postRecv(p, {0}, 8);
+  ASSERT_NE(r, nullptr);
+  fake_.run();
+  ASSERT_EQ(isend(p, 8, 0, 0, &s), ncclSuccess);
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(p.waitDone(s));
+  EXPECT_TRUE(p.waitDone(r));
 }
 
 // NCCL IB truncates a send to the posted size (ncclIbIsend: size = min(size, slot size));

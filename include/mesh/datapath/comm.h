@@ -345,6 +345,9 @@ class Comm : public PreparedConn {
   Request* allocRequest(Request::Kind kind);
   void freeRequest(Request* r);
   ncclResult_t progress();
+  // The fatal events the reactor published for this comm (its QPs, its CQ, its devices):
+  // atomic loads, no poll. The part of progress() a call that polls nothing still owes.
+  ncclResult_t checkEvents();
   ncclResult_t health(const Request* waiting) const;
   // The comm's failure, if any; else fails it once its control link is gone (a dead or
   // unreachable peer never posts another FIFO slot nor completes a transfer). `doing`
