@@ -342,7 +342,12 @@ void evictIfFull(Handshaker* hs, const std::shared_ptr<Listener>& l) {
 void onListenReadable(Handshaker* hs, const std::shared_ptr<Listener>& l, int lfd) {
   for (;;) {
     int fd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or a transient error: the next event retries
+    if (fd < 0) {
+      // The connection stays queued and the socket readable: without a pause the reactor
+      // would spin on it while the process has no descriptor (or memory) to take it with.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) hs->pauseListening(l, lfd, errno);
+      return;  // EAGAIN, or a transient error: the next event retries
+    }
     evictIfFull(hs, l);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -606,6 +611,26 @@ ncclResult_t Handshaker::listen(std::shared_ptr<Listener>* out, Handle* handle) 
   }
   *out = std::move(l);
   return ncclSuccess;
+}
+
+void Handshaker::pauseListening(const std::shared_ptr<Listener>& l, int lfd, int err) {
+  acceptShortages_.fetch_add(1, std::memory_order_relaxed);
+  if (!shortageWarned_) {
+    shortageWarned_ = true;
+    MESH_WARN("listen on port %u: cannot take an incoming connection: %s%s; it waits in the kernel's queue, "
+              "retried every 100 ms (further shortages are not logged)",
+              l->port, strerror(err), err == EMFILE ? " (this process's open-file limit, ulimit -n)" : "");
+  }
+  if (reactor_->modify(lfd, 0) != ncclSuccess) return;
+  std::weak_ptr<Listener> weak = l;
+  reactor_->addTimer(std::chrono::milliseconds(100), [this, weak, lfd](Clock::time_point) {
+    auto listener = weak.lock();
+    // Closed since: its sockets are gone (and the number may be another file's now).
+    if (listener == nullptr || listener->closed) return false;
+    if (std::find(listener->fds.begin(), listener->fds.end(), lfd) == listener->fds.end()) return false;
+    (void)reactor_->modify(lfd, EPOLLIN);
+    return false;
+  });
 }
 
 ncclResult_t Handshaker::pollAccept(const std::shared_ptr<Listener>& l,

@@ -10,8 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <dirent.h>
+#include <fcntl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -723,6 +725,51 @@ bool closedByPeer(int fd) {
   while ((n = read(fd, buf, sizeof(buf))) > 0) {
   }
   return n == 0 || errno == ECONNRESET;
+}
+
+// A process out of file descriptors: accept4 fails with EMFILE and the connection stays
+// queued, so the listening socket stays readable. The reactor pauses that socket for 100 ms
+// at a time instead of spinning on it (thousands of failed accept4 calls in the half second
+// below before), says why once, and takes the connection once descriptors are free again.
+TEST_F(HandshakeTest, AListenerOutOfDescriptorsPausesInsteadOfSpinningAndAcceptsLater) {
+  testing_support::WarnCapture warnings;
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  uint64_t before = hs_->acceptShortages();
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(h.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int rc = connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));  // queued by the kernel
+  int connectErr = errno;
+  auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(500)) std::this_thread::yield();
+  uint64_t shortages = hs_->acceptShortages() - before;
+  for (int fd : fillers) close(fd);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_EQ(rc, 0) << strerror(connectErr);
+  EXPECT_GE(shortages, 1u) << "accept4 never ran out of descriptors: the test did not set up its case";
+  EXPECT_LE(shortages, 10u) << "the reactor spun on the listening socket";
+  bool named = false;
+  for (const std::string& w : warnings.lines()) named = named || w.find("open-file limit") != std::string::npos;
+  EXPECT_TRUE(named) << warnings.last();
+  // With descriptors back, the paused socket takes the queued connection: it is then a
+  // pending handshake, and a garbage header from it gets it refused and closed.
+  const char junk[32] = "not a handshake header, refused";
+  ASSERT_EQ(write(client, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  EXPECT_TRUE(closedByPeer(client)) << "the queued connection was never taken";
+  close(client);
+  hs_->closeListener(l);
 }
 
 TEST_F(HandshakeTest, HugeLengthFieldIsRefusedWithoutBuffering) {

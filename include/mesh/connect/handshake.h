@@ -86,6 +86,11 @@ class Handshaker {
   // A finished handshake's socket becomes the connection's control link: watched for the
   // peer closing it, owned by conn->control (*fd is taken, set to -1).
   void adoptControl(int* fd, PreparedConn* conn, const std::string& peer);
+  // accept4 on a listening socket failed for want of a descriptor or memory (EMFILE, ENFILE,
+  // ENOBUFS, ENOMEM): the socket stops being watched for 100 ms, so that the reactor does not
+  // spin on a connection it cannot take, and the process WARNs once. Counted for tests.
+  void pauseListening(const std::shared_ptr<Listener>& l, int lfd, int err);
+  uint64_t acceptShortages() const { return acceptShortages_.load(std::memory_order_relaxed); }
 
  private:
   Reactor* reactor_;
@@ -94,6 +99,8 @@ class Handshaker {
   // Addresses a listen could not bind (gone from their netdev), each WARNed once.
   std::mutex unboundMutex_;
   std::vector<uint32_t> unboundWarned_;
+  std::atomic<uint64_t> acceptShortages_{0};
+  bool shortageWarned_ = false;  // reactor thread only
 };
 
 }  // namespace mesh
