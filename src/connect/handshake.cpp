@@ -614,13 +614,13 @@ ncclResult_t Handshaker::listen(std::shared_ptr<Listener>* out, Handle* handle) 
 }
 
 void Handshaker::pauseListening(const std::shared_ptr<Listener>& l, int lfd, int err) {
-  acceptShortages_.fetch_add(1, std::memory_order_relaxed);
   if (!shortageWarned_) {
     shortageWarned_ = true;
     MESH_WARN("listen on port %u: cannot take an incoming connection: %s%s; it waits in the kernel's queue, "
               "retried every 100 ms (further shortages are not logged)",
               l->port, strerror(err), err == EMFILE ? " (this process's open-file limit, ulimit -n)" : "");
   }
+  acceptShortages_.fetch_add(1, std::memory_order_release);  // after the WARN: a reader of the count sees it
   if (reactor_->modify(lfd, 0) != ncclSuccess) return;
   std::weak_ptr<Listener> weak = l;
   reactor_->addTimer(std::chrono::milliseconds(100), [this, weak, lfd](Clock::time_point) {

@@ -90,7 +90,7 @@ class Handshaker {
   // ENOBUFS, ENOMEM): the socket stops being watched for 100 ms, so that the reactor does not
   // spin on a connection it cannot take, and the process WARNs once. Counted for tests.
   void pauseListening(const std::shared_ptr<Listener>& l, int lfd, int err);
-  uint64_t acceptShortages() const { return acceptShortages_.load(std::memory_order_relaxed); }
+  uint64_t acceptShortages() const { return acceptShortages_.load(std::memory_order_acquire); }
 
  private:
   Reactor* reactor_;
