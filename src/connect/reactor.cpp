@@ -171,14 +171,16 @@ void Reactor::finalDrain() {
 void Reactor::fireTimers() {
   Clock::time_point now = Clock::now();
   for (size_t i = 0; i < timers_.size();) {
-    Timer& t = timers_[i];
-    if (t.due > now) {
+    if (timers_[i].due > now) {
       ++i;
       continue;
     }
-    t.due = now + t.period;
+    timers_[i].due = now + timers_[i].period;
+    // A copy: were a timer to add one (addTimer appends), timers_ could move under the
+    // running function. Only appends can happen meanwhile, so index i stays this timer's.
+    std::function<bool(Clock::time_point)> fn = timers_[i].fn;
     bool again = true;  // a timer that threw fires again next period
-    runGuarded("mesh-handshake", "a timer", [&] { again = t.fn(now); });
+    runGuarded("mesh-handshake", "a timer", [&] { again = fn(now); });
     if (again) {
       ++i;
     } else {

@@ -658,9 +658,9 @@ void Comm::close() {
   releaseExtra();
   for (int s = 0; s < ndevs_; ++s) {
     DevSlot& d = devs_[s];
-    if (d.ctrlMr != nullptr && d.dev->api().deregMr(d.ctrlMr) != 0) {
-      MESH_WARN("ibv_dereg_mr (control memory) on %s failed: %s", d.dev->name().c_str(), strerror(errno));
-    }
+    // ibv_dereg_mr returns the error (an errno value); it does not set errno.
+    int rc = d.ctrlMr != nullptr ? d.dev->api().deregMr(d.ctrlMr) : 0;
+    if (rc != 0) MESH_WARN("ibv_dereg_mr (control memory) on %s failed: %s", d.dev->name().c_str(), strerror(rc));
     d.ctrlMr = nullptr;
   }
   for (int s = 0; s < ndevs_; ++s) devs_[s].cq.reset();

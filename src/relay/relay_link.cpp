@@ -133,9 +133,8 @@ ncclResult_t RelayFwdComm::registerRing(void* base, size_t bytes, uint32_t chunk
 
 void RelayFwdComm::releaseExtra() {
   for (int s = 0; s < ndevs_; ++s) {
-    if (ringMr_[s] != nullptr && devs_[s].dev->api().deregMr(ringMr_[s]) != 0) {
-      MESH_WARN("ibv_dereg_mr (relay ring) on %s failed: %s", devs_[s].dev->name().c_str(), strerror(errno));
-    }
+    int rc = ringMr_[s] != nullptr ? devs_[s].dev->api().deregMr(ringMr_[s]) : 0;  // the error, not errno
+    if (rc != 0) MESH_WARN("ibv_dereg_mr (relay ring) on %s failed: %s", devs_[s].dev->name().c_str(), strerror(rc));
     ringMr_[s] = nullptr;
   }
 }
