@@ -177,45 +177,51 @@ class Recorder {
     return true;
   }
 
-  void flush() {
+  // Writing is two steps, so that the file's I/O (milliseconds or more on a network file
+  // system) runs without the lock every recorded call takes (record(), below): takeOut()
+  // under gMutex, then writeOut() under gWriteMutex alone, taken before gMutex is let go so
+  // that the file keeps the records' order. flush() does both, holding both.
+  std::string takeOut() {
     writeHeld();
-    if (fd_ < 0 || buf_.empty()) return;
+    std::string out;
+    if (fd_ < 0) {
+      buf_.clear();
+      return out;
+    }
+    out.swap(buf_);
+    buf_.reserve(kFlushAt + kMaxLine);
+    written_ += out.size();
+    lastFlushNs_ = nowNs();
+    return out;
+  }
+  // Under gWriteMutex (and not necessarily gMutex): touches only fd_, path_ and writeFailed_,
+  // which nothing else changes while the file is open.
+  void writeOut(const std::string& data) {
+    testHoldWrite();
+    if (fd_ < 0 || writeFailed_ || data.empty()) return;
     size_t done = 0;
-    while (done < buf_.size()) {
-      ssize_t w = ::write(fd_, buf_.data() + done, buf_.size() - done);
+    while (done < data.size()) {
+      ssize_t w = ::write(fd_, data.data() + done, data.size() - done);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         MESH_WARN("NCCL_MESH_TRACE: writing %s failed: %s; recording stopped", path_.c_str(), strerror(errno));
         gOn.store(false, std::memory_order_relaxed);
-        // Not close(): it flushes first, and this write would fail again (a full disk) for
-        // ever, one frame deeper each time. What is held is given up.
-        buf_.clear();
-        ::close(fd_);
-        fd_ = -1;
+        // Nothing is written after this (a full disk fails every write); close() only closes.
+        writeFailed_ = true;
         return;
       }
       done += static_cast<size_t>(w);
     }
-    written_ += buf_.size();
-    buf_.clear();
-    lastFlushNs_ = nowNs();
   }
-  void flushIfDue() {
-    if (!buf_.empty() || held_) {
-      if (nowNs() - lastFlushNs_ >= kFlushAfterNs) flush();
-    }
+  void flush();  // below gWriteMutex
+  // Whether record() should write out now: 64 KiB held, or a second since the last write.
+  bool flushDue() const {
+    if (buf_.size() >= kFlushAt) return true;
+    return (!buf_.empty() || held_) && nowNs() - lastFlushNs_ >= kFlushAfterNs;
   }
   // The end of a recording that ran to the end (the library unloaded, or the process exited
   // through exit()): "end exit". A file without an end line was cut short (parseTrace: cut).
-  void close() {
-    if (fd_ < 0) return;
-    writeHeld();
-    if (!ended_) buf_ += "end exit\n";
-    ended_ = true;
-    flush();
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
+  void close();  // below gWriteMutex
 
  private:
   void write(const Record& rec) {
@@ -244,8 +250,18 @@ class Recorder {
       close();
       return;
     }
-    buf_.append(line, len);
-    if (buf_.size() >= kFlushAt) flush();
+    buf_.append(line, len);  // record() writes it out at kFlushAt (flushDue)
+  }
+  // Test switch (AbiLoad.ATraceWriteDoesNotHoldUpOtherThreadsCalls): while the file named by
+  // MESH_TEST_TRACE_HOLD_WRITE exists, a write out waits (at most 30 s), as on a slow file
+  // system.
+  // It says it is waiting by creating <file>.waiting.
+  static void testHoldWrite() {
+    static const char* hold = getenv("MESH_TEST_TRACE_HOLD_WRITE");
+    if (hold == nullptr || access(hold, F_OK) != 0) return;
+    int fd = ::open((std::string(hold) + ".waiting").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+    for (int i = 0; i < 30000 && access(hold, F_OK) == 0; ++i) usleep(1000);
   }
 
   int fd_;
@@ -253,9 +269,10 @@ class Recorder {
   size_t cap_;
   std::string buf_;
   std::optional<Record> held_;  // a setNetAttr not written yet (emit)
-  size_t written_ = 0;
+  size_t written_ = 0;        // bytes taken out for the file (the cap counts them)
+  bool writeFailed_ = false;  // under gWriteMutex: a write failed, nothing more is written
   bool ended_ = false;        // an "end" line is in buf_ or written
-  uint64_t lastFlushNs_ = 0;  // when buf_ was last written out (flushIfDue)
+  uint64_t lastFlushNs_ = 0;  // when buf_ was last taken out for the file (flushDue)
   uint64_t t0_ = 0;
   uint64_t seq_ = 0;
   uint32_t threads_ = 0;
@@ -271,7 +288,26 @@ class Recorder {
 // destructor is trivial: the unload hook below frees it, and a hook that runs later (a
 // thread NCCL left behind) finds nullptr instead of freed memory.
 std::mutex gMutex;
+// Held while the file is written, taken after gMutex (never the other way round): a call's
+// record waits for gMutex only, not for the disk.
+std::mutex gWriteMutex;
 Recorder* gRecorder = nullptr;
+
+void Recorder::flush() {
+  std::lock_guard<std::mutex> w(gWriteMutex);
+  writeOut(takeOut());
+}
+
+void Recorder::close() {
+  if (fd_ < 0) return;
+  writeHeld();
+  if (!ended_) buf_ += "end exit\n";
+  ended_ = true;
+  std::lock_guard<std::mutex> w(gWriteMutex);
+  writeOut(takeOut());
+  ::close(fd_);
+  fd_ = -1;
+}
 bool gTried = false;  // only the first init opens a file
 pid_t gPid = 0;
 
@@ -351,6 +387,7 @@ __attribute__((destructor)) void traceUnload() {
   std::lock_guard<std::mutex> lock(gMutex);
   gOn.store(false, std::memory_order_relaxed);
   if (gRecorder == nullptr || getpid() != gPid) return;  // a forked child leaves the file alone
+  { std::lock_guard<std::mutex> w(gWriteMutex); }  // a write out in progress ends first
   delete gRecorder;
   gRecorder = nullptr;
 }
@@ -371,7 +408,7 @@ enum class Flush { No, Yes };
 template <typename Fill>
 void record(Call call, int api, ncclResult_t r, Flush flush, Fill fill) {
   if (forkedChild()) return;
-  std::lock_guard<std::mutex> lock(gMutex);
+  std::unique_lock<std::mutex> lock(gMutex);
   Recorder* s = live();
   if (s == nullptr) return;
   // Test switch (AbiLoad.ARecorderThatThrowsStopsRecordingAndNcclsCallsGoOn): the recorder
@@ -380,11 +417,17 @@ void record(Call call, int api, ncclResult_t r, Flush flush, Fill fill) {
   if (failForTest) throw std::bad_alloc();
   Record rec = s->begin(call, api, r);
   if (fill(s, rec)) s->emit(rec);
+  // Also after a retry that was only counted: a hung job only polls.
+  if (flush == Flush::No && !s->flushDue()) return;
+  std::unique_lock<std::mutex> w(gWriteMutex, std::defer_lock);
   if (flush == Flush::Yes) {
-    s->flush();
-  } else {
-    s->flushIfDue();  // also after a retry that was only counted: a hung job only polls
+    w.lock();
+  } else if (!w.try_lock()) {
+    return;  // another thread is writing: this goes out with the next write
   }
+  std::string data = s->takeOut();
+  lock.unlock();  // the recorder stays: the unload deletes it only after taking gWriteMutex
+  s->writeOut(data);
 }
 
 template <typename Fill>

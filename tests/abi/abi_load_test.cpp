@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -446,6 +448,63 @@ TEST_F(AbiLoad, ATraceOfAProcessKilledBySignalHoldsItsCallsButTheLastSecond) {
   EXPECT_NE(text.find(" init "), std::string::npos);
   EXPECT_NE(text.find(" devices "), std::string::npos);
   EXPECT_EQ(text.find("\nend"), std::string::npos) << "a killed process wrote an end line";
+}
+
+// The recorder writes its file without the lock every recorded call takes: a write that is
+// slow (a network file system) holds up the thread that writes, not NCCL's other threads
+// (another communicator's progress thread recording its isend/test). Here a close's record,
+// written at once, is held in its write (test switch MESH_TEST_TRACE_HOLD_WRITE) while
+// another thread's devices() calls must return; the file keeps the calls' order.
+TEST_F(AbiLoad, ATraceWriteDoesNotHoldUpOtherThreadsCalls) {
+  TraceDir dir;
+  ASSERT_TRUE(dir.made());
+  std::string prefix = dir.prefix();
+  std::string hold = prefix + ".hold";
+  ScopedEnv trace("NCCL_MESH_TRACE", prefix.c_str());
+  ScopedEnv holdWrite("MESH_TEST_TRACE_HOLD_WRITE", hold.c_str());
+  ASSERT_NO_FATAL_FAILURE(openPlugin());
+  ASSERT_EQ(net().init(captureLog), ncclSuccess);  // the header is written: no hold yet
+  FILE* h = fopen(hold.c_str(), "w");
+  ASSERT_NE(h, nullptr);
+  fclose(h);
+  auto waitFor = [](const std::function<bool()>& cond) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!cond() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return cond();
+  };
+  alignas(64) char notAComm[256] = {};  // never dereferenced: the close is refused
+  std::atomic<bool> closed{false}, polled{false};
+  std::thread closer([&] {
+    (void)net().closeListen(notAComm);
+    closed = true;
+  });
+  bool holding = waitFor([&] { return access((hold + ".waiting").c_str(), F_OK) == 0; });
+  std::thread other([&] {
+    int ndev = -1;
+    for (int i = 0; i < 3; ++i) (void)net().devices(&ndev);
+    polled = true;
+  });
+  bool otherDone = waitFor([&] { return polled.load(); });
+  bool closerStillHeld = !closed.load();
+  unlink(hold.c_str());
+  closer.join();
+  other.join();
+  EXPECT_TRUE(holding) << "the close's record never reached its write";
+  EXPECT_TRUE(otherDone) << "devices() waited for another thread's trace write";
+  EXPECT_TRUE(closerStillHeld) << "the write was not held while devices() ran: the test proved nothing";
+  EXPECT_TRUE(plugin_.close()) << "dlclose did not unload " << kPluginName;
+  std::string path = prefix + "." + [] {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    return std::string(host);
+  }() + "." + std::to_string(getpid()) + ".trace";
+  std::string text = readWhole(path);
+  size_t close = text.find(" close-listen ");
+  size_t devices = text.find(" devices ");
+  EXPECT_NE(close, std::string::npos) << text.substr(0, 400);
+  EXPECT_NE(devices, std::string::npos) << text.substr(0, 400);
+  EXPECT_LT(close, devices) << "the file is not in the calls' order";
+  EXPECT_NE(text.find("\nend exit"), std::string::npos) << "not closed with its end line";
 }
 
 // The tests assume the plugin's defaults: drop NCCL_MESH_* settings inherited from the
