@@ -200,7 +200,8 @@ TEST_F(FifoEngine, TagAbsentFromTheSlotIsNullUntilASlotWithItIsPosted) {
 }
 
 // And costs no poll: NCCL's proxy calls isend over and over while the receiver has not
-// posted (ncclIbIsend reads the slot and returns); test() polls for what is in flight.
+// posted (2.30.7 net_ib/p2p.cc, ncclIbIsend: reads the slot and returns); test() polls for
+// what is in flight.
 TEST_F(FifoEngine, NoSlotPostedIsNullWithoutPolling) {
   FifoPair p(fake_);
   Request* s = nullptr;

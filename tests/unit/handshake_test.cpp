@@ -639,8 +639,9 @@ ncclResult_t acceptUntilDone(Handshaker* hs, const std::shared_ptr<Listener>& l,
   return r == ncclSuccess && *out == nullptr ? ncclInProgress : r;
 }
 
-// NCCL's IB transport fails accept() when the connection fails; without an error NCCL's
-// thread calls accept() forever while the connecting rank has already failed. A failure on
+// NCCL's IB transport fails accept() when the connection fails (2.30.7 net_ib/connect.cc,
+// ncclIbAccept's fail path); without an error NCCL's thread (src/transport.cc, the connect
+// loop of ncclTransportP2pSetup) calls accept() forever while the connecting rank has failed. A failure on
 // the listener's side ends accept() once no connect can still be trying (two connect
 // timeouts), with the reason, once.
 TEST_F(HandshakeTest, AConnectThatFailedOnTheListenersSideFailsAcceptOnceNoOtherFollows) {
