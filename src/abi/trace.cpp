@@ -254,8 +254,7 @@ class Recorder {
   }
   // Test switch (AbiLoad.ATraceWriteDoesNotHoldUpOtherThreadsCalls): while the file named by
   // MESH_TEST_TRACE_HOLD_WRITE exists, a write out waits (at most 30 s), as on a slow file
-  // system.
-  // It says it is waiting by creating <file>.waiting.
+  // system; it says it waits by creating <file>.waiting.
   static void testHoldWrite() {
     static const char* hold = getenv("MESH_TEST_TRACE_HOLD_WRITE");
     if (hold == nullptr || access(hold, F_OK) != 0) return;
@@ -292,6 +291,8 @@ std::mutex gMutex;
 // record waits for gMutex only, not for the disk.
 std::mutex gWriteMutex;
 Recorder* gRecorder = nullptr;
+bool gTried = false;  // only the first init opens a file
+pid_t gPid = 0;
 
 void Recorder::flush() {
   std::lock_guard<std::mutex> w(gWriteMutex);
@@ -308,8 +309,6 @@ void Recorder::close() {
   ::close(fd_);
   fd_ = -1;
 }
-bool gTried = false;  // only the first init opens a file
-pid_t gPid = 0;
 
 // The recorder while recording; nullptr otherwise. Callers have checked they are not in a
 // forked child (forkedChild()) before taking gMutex.
