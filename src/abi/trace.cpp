@@ -304,8 +304,7 @@ void Recorder::close() {
   writeHeld();
   if (!ended_) buf_ += "end exit\n";
   ended_ = true;
-  std::lock_guard<std::mutex> w(gWriteMutex);
-  writeOut(takeOut());
+  flush();
   ::close(fd_);
   fd_ = -1;
 }

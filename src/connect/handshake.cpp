@@ -54,10 +54,9 @@ class Listener {
   // Cross-thread.
   std::mutex mutex;                                  // guards ready and the failure below
   std::deque<std::unique_ptr<PreparedConn>> ready;   // pushed by the reactor, popped by accept
-  // The last connect meant for this listener (its token) that failed on this side, unless
-  // another has arrived since. accept() reports it once nobody can still be trying (see
-  // Handshaker::pollAccept).
-  bool failed = false;
+  // Why the last connect meant for this listener (its token) failed on this side; empty when
+  // none did, or another has arrived since. accept() reports it once nobody can still be
+  // trying (see Handshaker::pollAccept).
   std::string failure;
   ncclResult_t failureCode = ncclSystemError;
   Clock::time_point failedAt;
@@ -212,7 +211,6 @@ void dropPending(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccep
 void noteFailed(Listener* l, const std::shared_ptr<PendingAccept>& pa, const std::string& why, ncclResult_t code) {
   if (!pa->authenticated || l->closed) return;
   std::lock_guard<std::mutex> lock(l->mutex);
-  l->failed = true;
   l->failure = "the connection from " + pa->peer + " failed on this side: " + why;
   l->failureCode = code;
   l->failedAt = Clock::now();
@@ -240,7 +238,7 @@ void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
   pa->authenticated = true;
   {
     std::lock_guard<std::mutex> lock(l->mutex);
-    l->failed = false;  // a newer attempt: what happens to it decides
+    l->failure.clear();  // a newer attempt: what happens to it decides
   }
   RouteResult route = acceptRoutes(l->nics, msg.links);
   if (!route.ok()) return refuse(hs, l.get(), pa, route.error, ncclSystemError);
@@ -648,7 +646,7 @@ ncclResult_t Handshaker::pollAccept(const std::shared_ptr<Listener>& l,
     // trying: every connect gives up within two connect timeouts of its start, which was
     // before this failure, and a newer attempt would have cleared it.
     auto grace = 2 * std::chrono::milliseconds(settings_.timeoutMs);
-    if (l->failed && Clock::now() - l->failedAt >= grace) {
+    if (!l->failure.empty() && Clock::now() - l->failedAt >= grace) {
       if (!l->failureReported) {
         l->failureReported = true;
         MESH_WARN("accept on port %u: %s; no other connect came within %lld ms (2 x NCCL_MESH_CONNECT_TIMEOUT_MS)",
