@@ -61,6 +61,9 @@ class Listener {
   ncclResult_t failureCode = ncclSystemError;
   Clock::time_point failedAt;
   bool failureReported = false;
+  // The failure is a descriptor shortage on one of its sockets: a connection may wait in the
+  // kernel's queue that it cannot take. Taking any connection ends it.
+  bool failureIsShortage = false;
   std::atomic<bool> acceptWanted{false};             // set by accept(), cleared by the reactor
 };
 
@@ -214,6 +217,7 @@ void noteFailed(Listener* l, const std::shared_ptr<PendingAccept>& pa, const std
   l->failure = "the connection from " + pa->peer + " failed on this side: " + why;
   l->failureCode = code;
   l->failedAt = Clock::now();
+  l->failureIsShortage = false;
 }
 
 void refuse(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccept>& pa,
@@ -239,6 +243,7 @@ void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
   {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->failure.clear();  // a newer attempt: what happens to it decides
+    l->failureIsShortage = false;
   }
   RouteResult route = acceptRoutes(l->nics, msg.links);
   if (!route.ok()) return refuse(hs, l.get(), pa, route.error, ncclSystemError);
@@ -345,6 +350,13 @@ void onListenReadable(Handshaker* hs, const std::shared_ptr<Listener>& l, int lf
       // would spin on it while the process has no descriptor (or memory) to take it with.
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) hs->pauseListening(l, lfd, errno);
       return;  // EAGAIN, or a transient error: the next event retries
+    }
+    {
+      std::lock_guard<std::mutex> lock(l->mutex);
+      if (l->failureIsShortage) {
+        l->failure.clear();  // the shortage is over: the connections it held decide
+        l->failureIsShortage = false;
+      }
     }
     evictIfFull(hs, l);
     int one = 1;
@@ -617,6 +629,19 @@ void Handshaker::pauseListening(const std::shared_ptr<Listener>& l, int lfd, int
     MESH_WARN("listen on port %u: cannot take an incoming connection: %s%s; it waits in the kernel's queue, "
               "retried every 100 ms (further shortages are not logged)",
               l->port, strerror(err), err == EMFILE ? " (this process's open-file limit, ulimit -n)" : "");
+  }
+  {
+    // A connection meant for this listener may be the one waiting: if the shortage outlasts
+    // every connector (accept()'s two connect timeouts, from its start), accept() fails with
+    // it, as NCCL's IB transport fails accept() when its accept4 does.
+    std::lock_guard<std::mutex> lock(l->mutex);
+    if (l->failure.empty()) {
+      l->failure = std::string("an incoming connection could not be taken: ") + strerror(err) +
+                   (err == EMFILE ? " (this process's open-file limit, ulimit -n)" : "");
+      l->failureCode = ncclSystemError;
+      l->failedAt = Clock::now();
+      l->failureIsShortage = true;
+    }
   }
   acceptShortages_.fetch_add(1, std::memory_order_release);  // after the WARN: a reader of the count sees it
   if (reactor_->modify(lfd, 0) != ncclSuccess) return;

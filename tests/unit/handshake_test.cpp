@@ -766,6 +766,96 @@ TEST_F(HandshakeTest, AListenerOutOfDescriptorsPausesInsteadOfSpinningAndAccepts
   hs_->closeListener(l);
 }
 
+// A connection the listener cannot take for want of a descriptor is still its connection:
+// NCCL's IB transport fails accept() at once there (its accept4 runs in NCCL's call). Here
+// the kernel queues the connection while the listener waits for descriptors; if none come
+// within two connect timeouts its connector has given up, and accept() fails with the reason.
+TEST_F(HandshakeTest, AnAcceptWhoseConnectionCannotBeTakenForWantOfDescriptorsFails) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  testing_support::WarnCapture warnings;
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(h.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto start = Clock::now();  // before the connect: the shortage it meets comes after
+  int rc = connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));  // queued by the kernel
+  int connectErr = errno;
+  std::unique_ptr<PreparedConn> recv;
+  ncclResult_t r = rc == 0 ? acceptUntilDone(hs_.get(), l, &recv) : ncclInternalError;
+  auto took = Clock::now() - start;
+  for (int fd : fillers) close(fd);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_EQ(rc, 0) << strerror(connectErr);
+  EXPECT_EQ(r, ncclSystemError) << "accept never ended";
+  EXPECT_GE(took, std::chrono::milliseconds(600)) << "reported before two connect timeouts";
+  EXPECT_EQ(recv, nullptr);
+  int named = 0;
+  for (const std::string& w : warnings.lines()) {
+    if (w.find("accept on port") != std::string::npos && w.find("open-file limit") != std::string::npos) ++named;
+  }
+  EXPECT_EQ(named, 1) << warnings.last();
+  close(client);
+  hs_->closeListener(l);
+}
+
+// A shortage that ends in time is forgotten: the connection taken then (junk here) decides.
+TEST_F(HandshakeTest, ADescriptorShortageThatEndsDoesNotFailAccept) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  uint64_t before = hs_->acceptShortages();
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(h.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int rc = connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  int connectErr = errno;
+  auto waitUntil = Clock::now() + std::chrono::seconds(10);
+  while (hs_->acceptShortages() == before && Clock::now() < waitUntil) std::this_thread::yield();
+  uint64_t shortages = hs_->acceptShortages() - before;
+  for (int fd : fillers) close(fd);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_EQ(rc, 0) << strerror(connectErr);
+  ASSERT_GE(shortages, 1u) << "accept4 never ran out of descriptors: the test did not set up its case";
+  const char junk[32] = "not a handshake header, refused";
+  ASSERT_EQ(write(client, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  EXPECT_TRUE(closedByPeer(client)) << "the queued connection was never taken";
+  close(client);
+  // Past two connect timeouts from the shortage: accept() still waits for its connection.
+  std::unique_ptr<PreparedConn> recv;
+  auto end = Clock::now() + std::chrono::milliseconds(1200);
+  ncclResult_t r = ncclSuccess;
+  while (r == ncclSuccess && Clock::now() < end) {
+    r = hs_->pollAccept(l, &recv);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(r, ncclSuccess);
+  EXPECT_EQ(recv, nullptr);
+  hs_->closeListener(l);
+}
+
 TEST_F(HandshakeTest, HugeLengthFieldIsRefusedWithoutBuffering) {
   std::shared_ptr<Listener> l;
   Handle h;
