@@ -300,6 +300,15 @@ std::vector<Setting> buildTable() {
                  "fails, in milliseconds (100..3600000); a relayed one (no cable to the peer) "
                  "ends at twice this, whatever relays it tried",
                  &Config::connectTimeoutMs, 100, 3600000),
+      intSetting("NCCL_MESH_ACCEPT_WAIT_MS", "1800000",
+                 "How long a connect waits for the peer to call accept while the peer is "
+                 "there, in milliseconds (0..86400000; below NCCL_MESH_CONNECT_TIMEOUT_MS "
+                 "counts as that). NCCL exchanges every peer's handle before it connects or "
+                 "accepts, so a rank's accept can come late while it waits for a slower "
+                 "rank; NCCL's IB transport waits without a limit. A peer whose host or "
+                 "link goes away meanwhile fails the connect after NCCL_MESH_PEER_TIMEOUT_MS "
+                 "(TCP keepalive). Relayed connects end at twice NCCL_MESH_CONNECT_TIMEOUT_MS",
+                 &Config::acceptWaitMs, 0, 86400000),
       intSetting("NCCL_MESH_PEER_TIMEOUT_MS", "30000",
                  "How long an established connection's peer may stay silent (no heartbeat "
                  "from its plugin, sent every quarter of this, nor TCP keepalive answer: "

@@ -75,7 +75,8 @@ class Connector {
   Handle handle;
   std::vector<Route> routes;
   ConnOptions opts;
-  Clock::time_point deadline;
+  Clock::time_point deadline;        // the TCP connect and the HELLO
+  Clock::time_point acceptDeadline;  // the peer's ACCEPT (acceptWait)
   std::string peer;  // "198.18.0.2:41234"
   // Reactor thread only.
   int fd = -1;
@@ -85,6 +86,7 @@ class Connector {
   size_t helloLinks = 0;  // links our HELLO offered: the transport may use fewer than `routes`
   // Published to NCCL's thread: result/error are written before state (release).
   std::atomic<int> state{kPending};
+  std::atomic<bool> awaitingAccept{false};  // its HELLO is out: the step that may last acceptWait
   std::string error;
   ncclResult_t errorCode = ncclSystemError;
   std::unique_ptr<PreparedConn> result;
@@ -99,6 +101,10 @@ int newTcpSocket() {
   return fd;
 }
 
+std::chrono::milliseconds acceptWait(const HandshakeSettings& s) {
+  return std::chrono::milliseconds(std::max(s.timeoutMs, s.acceptWaitMs));
+}
+
 void closeStream(int fd) {
   if (fd < 0) return;
   (void)shutdown(fd, SHUT_WR);
@@ -110,6 +116,29 @@ void closeStream(int fd) {
 }
 
 namespace {
+
+// A peer that vanishes without closing its socket (host down, link down, cable pulled) sends
+// no FIN: TCP keepalive turns its silence into ETIMEDOUT after about `timeoutMs`. Probing
+// starts after half of it, then four probes share the rest; TCP_USER_TIMEOUT bounds the
+// whole wait (and any unacknowledged data). 0 disables it; the floor is 1 s. Best effort:
+// a failure is logged.
+void armKeepalive(int fd, int timeoutMs, const std::string& peer) {
+  if (timeoutMs <= 0) return;
+  timeoutMs = std::max(timeoutMs, 1000);  // keepalive counts whole seconds
+  int on = 1;
+  int idle = std::max(1, timeoutMs / 2000);
+  int count = 4;
+  int interval = std::max(1, timeoutMs / 2000 / count);
+  unsigned user = static_cast<unsigned>(timeoutMs);
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user)) != 0) {
+    MESH_WARN("cannot enable keepalive on the connection to %s: %s; a silently vanished peer "
+              "is then only detected through its QPs", peer.c_str(), strerror(errno));
+  }
+}
 
 const char* stepName(Connector::Step s) {
   return s == Connector::Step::Connect ? "the TCP connect" : "the peer's ACCEPT (has it called accept?)";
@@ -250,6 +279,11 @@ void onHello(Handshaker* hs, const std::shared_ptr<Listener>& l,
   pa->routes = std::move(route.routes);
   pa->hello = msg;
   pa->stage = PendingAccept::Stage::Parked;
+  // It waits for NCCL's accept(), which may come late (NCCL exchanges every peer's handle
+  // before it connects or accepts, so this rank may be waiting for a slower one): as long as
+  // NCCL_MESH_ACCEPT_WAIT_MS while its connector is alive; keepalive notices a vanished one.
+  pa->deadline = Clock::now() + acceptWait(hs->settings());
+  armKeepalive(pa->fd, hs->settings().peerTimeoutMs, pa->peer);
   maybeProcess(hs, l);
 }
 
@@ -383,7 +417,7 @@ bool expirePending(Handshaker* hs, const std::shared_ptr<Listener>& l, Clock::ti
   for (const auto& pa : expired) {
     logRefusal(l.get(), pa->peer, "handshake timed out");
     noteFailed(l.get(), pa,
-               pa->stage == PendingAccept::Stage::Parked ? "its HELLO waited for accept() past the connect timeout"
+               pa->stage == PendingAccept::Stage::Parked ? "its HELLO waited for accept() past NCCL_MESH_ACCEPT_WAIT_MS"
                                                          : "handshake timed out",
                ncclRemoteError);
     dropPending(hs, l.get(), pa);
@@ -474,6 +508,10 @@ void onConnectWritable(Handshaker* hs, Connector* c) {
   std::string error;
   if (!sendMessage(c->fd, hello, &error)) return finishConnect(hs, c, "sending HELLO: " + error, ncclSystemError);
   c->step = Connector::Step::WaitAccept;
+  c->awaitingAccept.store(true, std::memory_order_release);
+  // The peer's accept() may come late (see onHello): keepalive notices a peer whose host or
+  // link went away meanwhile; a stopped process is only bounded by acceptDeadline.
+  armKeepalive(c->fd, hs->settings().peerTimeoutMs, c->peer);
   hs->reactor()->modify(c->fd, EPOLLIN | EPOLLRDHUP);
 }
 
@@ -490,7 +528,8 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
                                         ? std::string(" closed the connection during the TCP connect (did the peer "
                                                       "process exit?)")
                                         : std::string(" closed the connection before accepting it (it did not call "
-                                                      "accept in time, closed its listen comm, or its process exited)")),
+                                                      "accept within its NCCL_MESH_ACCEPT_WAIT_MS, closed its listen "
+                                                      "comm, or its process exited)")),
                          ncclRemoteError);
   }
   if (rc == -1) return finishConnect(hs, c, "bad message from " + c->peer + ": " + error, ncclRemoteError);
@@ -541,9 +580,13 @@ void beginConnect(Handshaker* hs, const std::shared_ptr<Connector>& c) {
   hs->reactor()->addTimer(std::chrono::milliseconds(50), [hs, weak](Clock::time_point now) {
     auto conn = weak.lock();
     if (conn == nullptr || conn->state.load() != Connector::kPending) return false;
-    if (now < conn->deadline) return true;
-    finishConnect(hs, conn.get(), "timed out after " + std::to_string(hs->settings().timeoutMs) +
-                                      " ms waiting for " + stepName(conn->step) + " from " + conn->peer,
+    bool accepting = conn->step == Connector::Step::WaitAccept;
+    if (now < (accepting ? conn->acceptDeadline : conn->deadline)) return true;
+    finishConnect(hs, conn.get(),
+                  "timed out after " +
+                      (accepting ? std::to_string(acceptWait(hs->settings()).count()) + " ms (NCCL_MESH_ACCEPT_WAIT_MS)"
+                                 : std::to_string(hs->settings().timeoutMs) + " ms") +
+                      " waiting for " + stepName(conn->step) + " from " + conn->peer,
                   ncclRemoteError);
     return false;
   });
@@ -719,6 +762,7 @@ ncclResult_t Handshaker::startConnect(const Handle& handle, const std::vector<Ro
   c->opts = opts;
   c->peer = formatIpv4(routes.front().peerAddr) + ":" + std::to_string(handle.port);
   c->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
+  c->acceptDeadline = std::max(c->deadline, Clock::now() + acceptWait(settings_));
   if (!reactor_->post([this, c] { beginConnect(this, c); })) {
     MESH_WARN("connect: the handshake reactor is not running (plugin shut down?)");
     return ncclInternalError;
@@ -739,10 +783,14 @@ ncclResult_t Handshaker::pollConnect(const std::shared_ptr<Connector>& c, std::u
     default:
       // The handshake thread fails a connect at its deadline; one that is still pending
       // well after it has no thread to finish it (it stopped on an error): fail here
-      // rather than let NCCL wait forever.
-      if (Clock::now() > c->deadline + std::chrono::seconds(2)) {
-        MESH_WARN("connect to %s failed: no outcome %d ms after it started (NCCL_MESH_CONNECT_TIMEOUT_MS) and the "
-                  "handshake thread did not end it%s", c->peer.c_str(), settings_.timeoutMs,
+      // rather than let NCCL wait forever. Only a connect whose HELLO is out may wait past
+      // the connect timeout (for the peer's accept), and only while the thread runs.
+      bool accepting = c->awaitingAccept.load(std::memory_order_acquire) && reactor_->serving();
+      if (Clock::now() > (accepting ? c->acceptDeadline : c->deadline) + std::chrono::seconds(2)) {
+        MESH_WARN("connect to %s failed: no outcome %lld ms after it started (%s) and the handshake thread did not "
+                  "end it%s", c->peer.c_str(),
+                  static_cast<long long>(accepting ? acceptWait(settings_).count() : settings_.timeoutMs),
+                  accepting ? "NCCL_MESH_ACCEPT_WAIT_MS" : "NCCL_MESH_CONNECT_TIMEOUT_MS",
                   reactor_->serving() ? "" : " (it is not running)");
         // Its socket and comm go with it, now or when the thread gets to it (the thread
         // holds it only weakly: a dropped one would leave its socket watched forever).
@@ -764,30 +812,6 @@ void Handshaker::discardConnect(std::shared_ptr<Connector> c) {
   reactor_->postOrRun("a connect's discard", discard);
 }
 
-namespace {
-// A peer that vanishes without closing its socket (host down, link down, cable pulled) sends
-// no FIN: TCP keepalive turns its silence into ETIMEDOUT after about `timeoutMs`. Probing
-// starts after half of it, then four probes share the rest; TCP_USER_TIMEOUT bounds the
-// whole wait (and any unacknowledged data). 0 disables it; the floor is 1 s. Best effort:
-// a failure is logged.
-void armKeepalive(int fd, int timeoutMs, const std::string& peer) {
-  if (timeoutMs <= 0) return;
-  timeoutMs = std::max(timeoutMs, 1000);  // keepalive counts whole seconds
-  int on = 1;
-  int idle = std::max(1, timeoutMs / 2000);
-  int count = 4;
-  int interval = std::max(1, timeoutMs / 2000 / count);
-  unsigned user = static_cast<unsigned>(timeoutMs);
-  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user)) != 0) {
-    MESH_WARN("cannot enable keepalive on the connection to %s: %s; a silently vanished peer "
-              "is then only detected through its QPs", peer.c_str(), strerror(errno));
-  }
-}
-}  // namespace
 
 void Handshaker::adoptControl(int* fd, PreparedConn* conn, const std::string& peer) {
   reactor_->unwatch(*fd);  // the handshake's handler lets go of the socket

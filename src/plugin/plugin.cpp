@@ -306,6 +306,7 @@ HandshakeSettings Plugin::handshakeSettings() const {
   HandshakeSettings hs;
   hs.timeoutMs = config_.connectTimeoutMs;
   hs.peerTimeoutMs = config_.peerTimeoutMs;
+  hs.acceptWaitMs = config_.acceptWaitMs;
   hs.listenAny = config_.listenAddr == "any";
   hs.portMin = config_.portMin;
   hs.portMax = config_.portMax;

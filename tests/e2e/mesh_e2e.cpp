@@ -38,6 +38,9 @@ const ScenarioInfo kScenarios[] = {
     {"dead-peer", runDeadPeer, {"mode", "bound", "margin", "size"},
      "--mode never-accept|listener-dies|peer-killed|idle|mid-send|exits [--bound S] [--margin 20]\n"
      "                  [--size 64M]  2 nodes: rank 1 dies, rank 0 must get errors in bounded time"},
+    {"late-accept", runLateAccept, {"delay"},
+     "[--delay S]           2 nodes: rank 1 accepts S s (1.5 x NCCL_MESH_CONNECT_TIMEOUT_MS) after the\n"
+     "                  connect began; the connect must wait for it, then 1 MiB is checked"},
     {"pair", runPair, {"iters", "groups", "big"},
      "[--iters 2] [--groups 4] [--big 0]  2 nodes: sizes, 32 outstanding, grouped, short, one big"},
     {"allreduce", runAllreduce, {"pairs", "count", "iters"},

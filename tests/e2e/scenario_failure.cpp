@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -25,6 +26,11 @@ namespace e2e {
 namespace {
 
 double connectTimeoutSeconds() { return envSeconds("NCCL_MESH_CONNECT_TIMEOUT_MS", 30000); }
+// How long a connect waits for a live peer's accept: NCCL_MESH_ACCEPT_WAIT_MS, at least the
+// connect timeout (the plugin's rule).
+double acceptWaitSeconds() {
+  return std::max(connectTimeoutSeconds(), envSeconds("NCCL_MESH_ACCEPT_WAIT_MS", 1800000));
+}
 
 // A fresh listen/closeListen: the plugin still works after the failure.
 void checkHealthy(Context& ctx, const std::string& after) {
@@ -54,18 +60,21 @@ std::string connectMustFail(Context& ctx, const std::string& mode, double bound)
   }
   if (p->timedOut) {
     fail("%s: connect rank0->rank1 still pending after %.1f s (%ld calls returned a NULL comm); "
-         "expected an error within NCCL_MESH_CONNECT_TIMEOUT_MS=%.0f ms + margin",
-         mode.c_str(), bound, p->calls, connectTimeoutSeconds() * 1000);
+         "expected an error within %s=%.0f ms + margin", mode.c_str(), bound, p->calls,
+         mode == "never-accept" ? "NCCL_MESH_ACCEPT_WAIT_MS" : "NCCL_MESH_CONNECT_TIMEOUT_MS",
+         (mode == "never-accept" ? acceptWaitSeconds() : connectTimeoutSeconds()) * 1000);
   }
   if (!isPeerFailure(p->rc)) {
     fail("%s: connect failed after %.2f s with %s; expected ncclSystemError or ncclRemoteError "
          "(last WARN: %s)", mode.c_str(), p->seconds(), resultName(p->rc), ctx.net.lastWarn().c_str());
   }
-  if (mode == "never-accept" && p->seconds() < 0.8 * connectTimeoutSeconds()) {
+  // A live listener's accept may come late (NCCL's IB transport waits for it without a
+  // limit): the connect waits NCCL_MESH_ACCEPT_WAIT_MS, past the connect timeout.
+  if (mode == "never-accept" && p->seconds() < 0.8 * acceptWaitSeconds()) {
     fail("never-accept: connect failed after only %.2f s with %s, well before "
-         "NCCL_MESH_CONNECT_TIMEOUT_MS (%.0f ms); the listener was alive, so the error must be "
-         "the timeout (last WARN: %s)", p->seconds(), resultName(p->rc),
-         connectTimeoutSeconds() * 1000, ctx.net.lastWarn().c_str());
+         "NCCL_MESH_ACCEPT_WAIT_MS (%.0f ms; connect timeout %.0f ms); the listener was alive, so the "
+         "error must be the end of the wait for accept (last WARN: %s)", p->seconds(), resultName(p->rc),
+         acceptWaitSeconds() * 1000, connectTimeoutSeconds() * 1000, ctx.net.lastWarn().c_str());
   }
   std::string why = ctx.net.findWarn("", warnMark);
   say("%s: connect failed as expected after %.3f s with %s (bound %.1f s); WARN: %s", mode.c_str(),
@@ -525,7 +534,9 @@ std::string runDeadPeer(Context& ctx) {
     fail("dead-peer needs --mode never-accept|listener-dies|peer-killed|idle|mid-send|exits (got '%s')",
          mode.c_str());
   }
-  double bound = ctx.opts.real("bound", connectMode ? connectTimeoutSeconds() + margin : 60);
+  double bound = ctx.opts.real("bound", mode == "never-accept" ? acceptWaitSeconds() + margin
+                                        : connectMode              ? connectTimeoutSeconds() + margin
+                                                                   : 60);
   size_t size = 0;
   if (!parseSize(ctx.opts.str("size", "64M"), &size) || size < 1 || size > (size_t{1} << 30)) {
     fail("--size %s: expected 1..1G bytes", ctx.opts.str("size", "").c_str());
@@ -551,6 +562,74 @@ std::string runDeadPeer(Context& ctx) {
   ctx.rv->fetch("done.0", ctx.deadline, "rank 0 finishing its connect attempt");
   ctx.net.check(ctx.net->closeListen(lc), "closeListen", "never-accept listener (never accepted)");
   return "mode=never-accept listened without accepting; closeListen ok";
+}
+
+// 2 nodes: rank 1 calls accept --delay s (default 1.5 x NCCL_MESH_CONNECT_TIMEOUT_MS) after
+// rank 0 began its connect, as a rank does whose NCCL is still exchanging handles with a
+// slower rank (NCCL_RUNTIME_CONNECT: every peer's handle before any connect or accept).
+// NCCL's IB transport waits for that accept without a limit; the plugin must wait too (up to
+// NCCL_MESH_ACCEPT_WAIT_MS), then the pair carries a message. PASS figures: how long the
+// connect waited.
+std::string runLateAccept(Context& ctx) {
+  requireNodes(ctx, 2);
+  double delay = ctx.opts.real("delay", 1.5 * connectTimeoutSeconds());
+  if (delay <= 0 || delay >= acceptWaitSeconds()) {
+    fail("late-accept: --delay %.1f s must lie between 0 and NCCL_MESH_ACCEPT_WAIT_MS (%.1f s)", delay,
+         acceptWaitSeconds());
+  }
+  constexpr size_t kSize = 1 << 20;
+  HostBuffer buf(kSize);
+  uint64_t seed = patternSeed(0, 1, 7, 0, 0);
+  if (ctx.rank == 0) {
+    std::string handle = ctx.rv->fetch("h.1.0.late", ctx.deadline, "rank 1's listen handle");
+    ctx.rv->publish("start.0", "");
+    setPhase(format("late-accept: connecting; rank 1 accepts after %.1f s", delay));
+    ConnectDriver driver(ctx);
+    PendingConn* p = driver.addConnect(1, 0, handle, "connect rank0->rank1 (accepted late)");
+    p->mayFail = true;
+    p->giveUp = Deadline(acceptWaitSeconds() + 20, "the accept wait");
+    driver.drive(ctx.deadline);
+    if (p->comm == nullptr) {
+      fail("late-accept: connect failed after %.2f s with %s although rank 1 accepts after %.1f s "
+           "(NCCL_MESH_CONNECT_TIMEOUT_MS %.1f s, NCCL_MESH_ACCEPT_WAIT_MS %.1f s; last WARN: %s)",
+           p->seconds(), resultName(p->rc), delay, connectTimeoutSeconds(), acceptWaitSeconds(),
+           ctx.net.lastWarn().c_str());
+    }
+    if (p->seconds() < 0.9 * delay) {
+      fail("late-accept: connected after %.2f s, before rank 1's accept (%.1f s): the test did not set up its case",
+           p->seconds(), delay);
+    }
+    double waited = p->seconds();
+    fillPattern(buf.data(), kSize, seed);
+    void* mh = regHost(ctx, p->comm, buf, "late-accept send buffer");
+    void* req = postSend(ctx, p->comm, buf.data(), kSize, 1, mh, "late-accept: 1 MiB to rank 1");
+    waitDone(ctx, req, 1, "late-accept: 1 MiB to rank 1");
+    deregHost(ctx, p->comm, mh, "late-accept send buffer");
+    ctx.rv->fetch("late-done.1", ctx.deadline, "rank 1 checking the message");
+    ctx.net.check(ctx.net->closeSend(p->comm), "closeSend", "late-accept send comm");
+    say("late-accept: connected after %.2f s (accept after %.1f s, connect timeout %.1f s); 1 MiB delivered",
+        waited, delay, connectTimeoutSeconds());
+    return format("connect_s=%.2f delay_s=%.1f connect_timeout_s=%.1f", waited, delay, connectTimeoutSeconds());
+  }
+  void* lc = listenAndPublish(ctx, "h.1.0.late", "rank 1's late-accepting listener");
+  ctx.rv->fetch("start.0", ctx.deadline, "rank 0 starting its connect");
+  setPhase(format("late-accept: waiting %.1f s before calling accept", delay));
+  Deadline late(delay, "the late accept");
+  while (!late.expired()) pollPause(100000);  // the delay under test: the slower rank's
+  ConnectDriver driver(ctx);
+  PendingConn* a = driver.addAccept(0, 0, lc, "accept rank0->rank1 (late)");
+  driver.drive(ctx.deadline);
+  void* mh = regHost(ctx, a->comm, buf, "late-accept receive buffer");
+  void* req = postRecv(ctx, a->comm, buf.data(), kSize, 1, mh, "late-accept: 1 MiB from rank 0");
+  size_t got = waitDone(ctx, req, 1, "late-accept: 1 MiB from rank 0")[0];
+  if (got != kSize) fail("late-accept: test() reported %zu bytes, expected %zu", got, kSize);
+  std::string bad = checkPattern(buf.data(), kSize, seed);
+  if (!bad.empty()) fail("late-accept: %s", bad.c_str());
+  deregHost(ctx, a->comm, mh, "late-accept receive buffer");
+  ctx.rv->publish("late-done.1", "");
+  ctx.net.check(ctx.net->closeRecv(a->comm), "closeRecv", "late-accept recv comm");
+  ctx.net.check(ctx.net->closeListen(lc), "closeListen", "late-accept listener");
+  return format("accepted after %.1f s; 1 MiB checked", delay);
 }
 
 // The receiver closes its comm the moment its receive completes, as NCCL may at the end of a

@@ -27,6 +27,7 @@ std::string cyclesBetween(Context& ctx, int a, int b, int count, int checkAt,
                           const std::function<void()>& settle = {});
 // scenario_failure.cpp
 std::string runDeadPeer(Context& ctx);
+std::string runLateAccept(Context& ctx);
 std::string runCloseInflight(Context& ctx);
 std::string runCloseAfterReceive(Context& ctx);
 // scenario_faults.cpp

@@ -7,8 +7,12 @@ fabric_scenario(ring_diagonal 4 60 --topology ring -- ring-diagonal)
 fabric_scenario(cycles 2 120 -- cycles --count 200)
 foreach(mode never-accept listener-dies peer-killed idle exits)
   string(REPLACE "-" "_" mode_name ${mode})
-  fabric_scenario(dead_peer_${mode_name} 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 -- dead-peer --mode ${mode})
+  fabric_scenario(dead_peer_${mode_name} 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=5000 --env NCCL_MESH_ACCEPT_WAIT_MS=8000
+                  -- dead-peer --mode ${mode})
 endforeach()
+# A rank whose accept comes 1.5 connect timeouts after the connect (its NCCL was exchanging
+# handles with a slower rank) still gets its connection, as with NCCL's IB transport.
+fabric_scenario(late_accept 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=2000 -- late-accept)
 # mid-send: the 64 MiB send must still be on the wire when rank 1 dies. Unrated, the fabric
 # moved it in under 0.5 s under qemu-user (arm64) before the victim got to its SIGKILL; at
 # 4 MB/s it needs 16 s, far longer than the victim takes to die and the sender to see it.

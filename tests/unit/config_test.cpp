@@ -176,6 +176,7 @@ TEST(Config, IntegersOutsideTheirRangeFallBackToTheDefault) {
                         Case{"NCCL_MESH_QPS_PER_CONN", "0", "1", "16", "17"},
                         Case{"NCCL_MESH_CONNECT_TIMEOUT_MS", "99", "100", "3600000", "3600001"},
                         Case{"NCCL_MESH_PEER_TIMEOUT_MS", "-1", "0", "3600000", "3600001"},
+                        Case{"NCCL_MESH_ACCEPT_WAIT_MS", "-1", "0", "86400000", "86400001"},
                         Case{"NCCL_MESH_GID_INDEX", "-2", "-1", "255", "256"},
                         Case{"NCCL_MESH_SPEED", "-1", "0", "2147483647", "2147483648"}}) {
     EXPECT_NE(warningFor(k.name, k.low), "") << k.name << "=" << k.low;
@@ -365,7 +366,8 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
   }
   for (const char* name :
        {"NCCL_MESH_IBVERBS_LIB", "NCCL_MESH_CUDA_LIB", "NCCL_MESH_HCA", "NCCL_MESH_DEVICES", "NCCL_MESH_SPEED",
-        "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_PEER_TIMEOUT_MS",
+        "NCCL_MESH_GID_INDEX", "NCCL_MESH_CONNECT_TIMEOUT_MS", "NCCL_MESH_ACCEPT_WAIT_MS",
+        "NCCL_MESH_PEER_TIMEOUT_MS",
         "NCCL_MESH_IB_TIMEOUT",
         "NCCL_MESH_IB_RETRY_CNT", "NCCL_MESH_IB_RNR_RETRY", "NCCL_MESH_IB_TC", "NCCL_MESH_IB_FIFO_TC", "NCCL_MESH_IB_SL", "NCCL_MESH_IB_ECE_ENABLE",
         "NCCL_MESH_IB_MTU", "NCCL_MESH_QPS_PER_CONN", "NCCL_MESH_SPLIT_MIN", "NCCL_MESH_CHUNK_SIZE",
@@ -375,7 +377,7 @@ TEST(Config, TableCoversEveryVariableOnceWithDocsAndTrueDefaults) {
         "NCCL_MESH_RELAY_MEM", "NCCL_MESH_STATS", "NCCL_MESH_STATS_DIR", "NCCL_MESH_TRACE", "NCCL_MESH_TRACE_MAX"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
-  EXPECT_EQ(names.size(), 37u);
+  EXPECT_EQ(names.size(), 38u);
 }
 
 TEST(Config, ValuesRoundTripThroughDescribe) {

@@ -372,6 +372,10 @@ TEST_F(HandshakeTest, AConnectorThatOffersFewerLinksThanItsRoutesConnects) {
 // socket stayed watched forever (and, level-triggered and writable, spun the thread).
 TEST_F(HandshakeTest, AConnectGivenUpPastItsDeadlineStillClosesItsSocket) {
   makeHandshaker(8, /*timeoutMs=*/200);
+  // A long wait for accept does not stretch this: the thread is stuck before the HELLO.
+  HandshakeSettings s = hs_->settings();
+  s.acceptWaitMs = 60000;
+  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
@@ -687,6 +691,59 @@ TEST_F(HandshakeTest, AFailedConnectFollowedByAGoodOneIsAccepted) {
 
 // A HELLO that waited for accept() past the connect timeout: its connector gave up; an
 // accept() that comes later ends with that, not never.
+// NCCL's IB transport waits for the peer's accept without a limit while the peer is there
+// (2.30.7 net_ib/connect.cc: ncclIbConnect polls its socket for the accept side's QP info);
+// NCCL connects lazily (NCCL_RUNTIME_CONNECT) and exchanges every peer's handle before it
+// calls connect or accept, so a rank whose accept comes late only waits for a slower rank.
+// Here: a live listener's accept() 2.5 connect timeouts after the connect still connects;
+// NCCL_MESH_ACCEPT_WAIT_MS bounds the wait.
+TEST_F(HandshakeTest, AConnectWaitsForALateAcceptPastTheConnectTimeout) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  HandshakeSettings s = hs_->settings();
+  s.acceptWaitMs = 10000;
+  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  std::shared_ptr<Connector> c;
+  ASSERT_EQ(hs_->startConnect(h, routesTo(h), ConnOptions(), &c), ncclSuccess);
+  std::unique_ptr<PreparedConn> send, recv;
+  auto lateAccept = Clock::now() + std::chrono::milliseconds(750);
+  auto end = Clock::now() + std::chrono::seconds(10);
+  ncclResult_t r = ncclSuccess;
+  while (r == ncclSuccess && (send == nullptr || recv == nullptr) && Clock::now() < end) {
+    if (send == nullptr) r = hs_->pollConnect(c, &send);
+    if (r == ncclSuccess && recv == nullptr && Clock::now() >= lateAccept) r = hs_->pollAccept(l, &recv);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(r, ncclSuccess) << "the connect gave up before the late accept";
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(recv, nullptr);
+  EXPECT_EQ(static_cast<FakeConn*>(send.get())->remoteQpn, static_cast<FakeConn*>(recv.get())->qpn);
+  hs_->closeListener(l);
+}
+
+// The wait for accept has its bound: both ends give up at NCCL_MESH_ACCEPT_WAIT_MS, and the
+// connect's error names it.
+TEST_F(HandshakeTest, AConnectNobodyAcceptsEndsAtTheAcceptWait) {
+  makeHandshaker(8, /*timeoutMs=*/300);
+  HandshakeSettings s = hs_->settings();
+  s.acceptWaitMs = 900;
+  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  testing_support::WarnCapture warnings;
+  std::shared_ptr<Listener> l;
+  Handle h;
+  ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
+  auto start = Clock::now();
+  std::unique_ptr<PreparedConn> send, recv;
+  EXPECT_EQ(connectAndAccept(l, h, &send, &recv, /*callAccept=*/false), ncclRemoteError);
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(900)) << "gave up before NCCL_MESH_ACCEPT_WAIT_MS";
+  EXPECT_LT(took, std::chrono::milliseconds(5000));
+  EXPECT_NE(warnings.last().find("NCCL_MESH_ACCEPT_WAIT_MS"), std::string::npos) << warnings.last();
+  hs_->closeListener(l);
+}
+
 TEST_F(HandshakeTest, AnAcceptCalledAfterItsConnectorGaveUpFails) {
   makeHandshaker(8, /*timeoutMs=*/300);
   std::shared_ptr<Listener> l;

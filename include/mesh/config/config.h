@@ -29,6 +29,7 @@ struct Config {
   int speedMbps = 0;                           // NCCL_MESH_SPEED, 0: from the port
   int gidIndex = -1;                           // NCCL_MESH_GID_INDEX, -1: per address
   int connectTimeoutMs = 30000;                // NCCL_MESH_CONNECT_TIMEOUT_MS
+  int acceptWaitMs = 1800000;                  // NCCL_MESH_ACCEPT_WAIT_MS
   int peerTimeoutMs = 30000;                   // NCCL_MESH_PEER_TIMEOUT_MS
   int ibTimeout = 20;                          // NCCL_MESH_IB_TIMEOUT (4.096us * 2^n)
   int ibRetryCnt = 7;                          // NCCL_MESH_IB_RETRY_CNT

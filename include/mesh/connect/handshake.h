@@ -32,7 +32,13 @@ struct HandshakeSettings {
   int portMax = 0;
   size_t maxPending = 256;     // unauthenticated sockets per listener; the oldest is evicted beyond
   int peerTimeoutMs = 30000;   // keepalive on established connections; 0: off
+  // How long a HELLO may wait for the listener's accept() while both ends are alive (TCP
+  // keepalive, peerTimeoutMs, watches the wait); below timeoutMs counts as timeoutMs.
+  int acceptWaitMs = 0;
 };
+
+// The wait for accept() that `s` allows: max(timeoutMs, acceptWaitMs).
+std::chrono::milliseconds acceptWait(const HandshakeSettings& s);
 
 // A TCP socket as the handshake uses them: non-blocking, close-on-exec, TCP_NODELAY (small
 // request/reply messages). -1 with errno on failure.

@@ -10,7 +10,8 @@
 //  - a peer that dies or closes turns pending requests into ncclRemoteError;
 //  - the conn INFO lines and the routing WARN of the real plugin, with lab-style addresses
 //    computed from VMESH_RANK/VMESH_NODES/VMESH_TOPOLOGY/VMESH_LINKS;
-//  - NCCL_MESH_CONNECT_TIMEOUT_MS bounds a connect to a listener that never accepts.
+//  - NCCL_MESH_ACCEPT_WAIT_MS (at least NCCL_MESH_CONNECT_TIMEOUT_MS) bounds a connect to a
+//    listener that never accepts.
 // Listeners bind all addresses and publish VMESH_MGMT_ADDR (or 127.0.0.1) in the handle.
 // Fault injection for testing the driver's checks: FAKE_CORRUPT (flip a byte of every
 // message > 1000 B), FAKE_BADSIZE (report 4097 for 4096-byte messages), FAKE_WRONG_NETDEV
@@ -272,8 +273,10 @@ ncclResult_t fConnect(int, void* handle, void** sc, ncclNetDeviceHandle_v8_t**) 
     gPending[handle] = p;
     int port = h.port;
     uint32_t ip = h.ip;
+    // The wait for accept, as the plugin's: NCCL_MESH_ACCEPT_WAIT_MS, at least the timeout.
     const char* t = getenv("NCCL_MESH_CONNECT_TIMEOUT_MS");
-    int tmo = t ? atoi(t) : 30000;
+    const char* w = getenv("NCCL_MESH_ACCEPT_WAIT_MS");
+    int tmo = std::max(t ? atoi(t) : 30000, w ? atoi(w) : 1800000);
     p->th = std::thread([p, port, tmo, ip] {
       int fd = socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
