@@ -88,6 +88,7 @@ bool Pipeline::testRequests(Conn& c) {
     }
     c.ready[slot] = true;
     c.doneLog.emplace_back(Clock::now(), c.send ? c.items[i].bytes : sizes[0]);
+    c.doneSweep.push_back(sweep_);
     moved = true;
     if (oldestOnly_) break;
   }
@@ -176,12 +177,13 @@ void Pipeline::run(const Deadline& deadline) {
   for (Conn& c : conns_) {
     c.posted = c.done = c.consumed = 0;
     c.doneLog.clear();
+    c.doneSweep.clear();
   }
   for (Lane& l : lanes_) {
     l.cur = l.sent = 0;
     l.applied = false;
   }
-  for (;;) {
+  for (;; ++sweep_) {
     bool moved = false;
     for (Conn& c : conns_) moved = postReceives(c) || moved;
     for (Lane& l : lanes_) moved = advance(l) || moved;
@@ -202,26 +204,36 @@ void Pipeline::run(const Deadline& deadline) {
 }
 
 size_t Pipeline::longestStreak() const {
-  std::vector<std::pair<Clock::time_point, size_t>> all;  // (completion, connection)
-  std::vector<size_t> total(conns_.size(), 0);
-  for (size_t i = 0; i < conns_.size(); ++i) {
+  size_t n = conns_.size();
+  std::map<uint64_t, std::vector<size_t>> bySweep;  // sweep -> completions per connection
+  std::vector<size_t> total(n, 0);
+  for (size_t i = 0; i < n; ++i) {
     const Conn& c = conns_[i];
-    if (c.items.size() < 2 || c.doneLog.size() != c.items.size()) continue;
+    if (c.items.size() < 2 || c.doneSweep.size() != c.items.size()) continue;
     total[i] = c.items.size();
-    for (const auto& e : c.doneLog) all.emplace_back(e.first, i);
+    for (uint64_t s : c.doneSweep) {
+      auto& counts = bySweep[s];
+      counts.resize(n, 0);
+      ++counts[i];
+    }
   }
-  std::sort(all.begin(), all.end());
-  std::vector<size_t> seen(conns_.size(), 0);
-  // run[x][y]: completions of x since y's last one.
-  std::vector<std::vector<size_t>> run(conns_.size(), std::vector<size_t>(conns_.size(), 0));
+  std::vector<size_t> seen(n, 0);
+  // run[x][y]: completions of x in the sweeps since the last one in which y completed any.
+  std::vector<std::vector<size_t>> run(n, std::vector<size_t>(n, 0));
   size_t longest = 0;
-  for (const auto& e : all) {
-    size_t x = e.second;
-    ++seen[x];
-    for (size_t y = 0; y < conns_.size(); ++y) {
-      if (y == x || total[y] == 0) continue;
-      run[y][x] = 0;
-      if (seen[y] < total[y]) longest = std::max(longest, ++run[x][y]);  // y still had work
+  for (const auto& sweep : bySweep) {
+    const std::vector<size_t>& k = sweep.second;
+    for (size_t x = 0; x < n; ++x) seen[x] += k[x];
+    for (size_t x = 0; x < n; ++x) {
+      for (size_t y = 0; y < n; ++y) {
+        if (y == x || total[x] == 0 || total[y] == 0) continue;
+        if (k[y] > 0) {
+          run[x][y] = 0;
+        } else if (k[x] > 0) {
+          run[x][y] += k[x];
+          if (seen[y] < total[y]) longest = std::max(longest, run[x][y]);  // y still had work
+        }
+      }
     }
   }
   return longest;

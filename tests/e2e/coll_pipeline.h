@@ -60,7 +60,9 @@ class Pipeline {
   // The most transfers one connection completed in a row while another connection, with
   // transfers still to come, completed none (in the last run; connections of at least two
   // transfers). A few when connections share the cables' turns; tens when one direction of a
-  // cable waits for the other.
+  // cable waits for the other. Completions seen in one sweep over the connections count as
+  // simultaneous: a sweep after the process was off the CPU finds several connections' work
+  // done, and the order it tests them in is not the order the cables finished it.
   size_t longestStreak() const;
   // The transport calls of the last run: how many, how many returned no request (isend,
   // irecv) or not done (test), and the time spent inside them; "isend=N/null/us ...".
@@ -79,6 +81,7 @@ class Pipeline {
     void* req[kNcclSteps] = {};
     bool ready[kNcclSteps] = {};
     std::vector<std::pair<Clock::time_point, size_t>> doneLog;  // completions()
+    std::vector<uint64_t> doneSweep;                            // the sweep that saw each
   };
   struct Lane {
     std::vector<Step> steps;
@@ -98,6 +101,7 @@ class Pipeline {
   };
   Calls isends_, irecvs_, tests_;
   bool oldestOnly_ = false;
+  uint64_t sweep_ = 0;  // run()'s passes over the connections
   static void count(Calls* calls, Clock::time_point t0, bool idle);
 
   Context& ctx_;

@@ -38,9 +38,11 @@ const ScenarioInfo kScenarios[] = {
     {"dead-peer", runDeadPeer, {"mode", "bound", "margin", "size"},
      "--mode never-accept|listener-dies|peer-killed|idle|mid-send|exits [--bound S] [--margin 20]\n"
      "                  [--size 64M]  2 nodes: rank 1 dies, rank 0 must get errors in bounded time"},
-    {"late-accept", runLateAccept, {"delay"},
+    {"late-accept", runLateAccept, {"delay", "cut", "bound"},
      "[--delay S]           2 nodes: rank 1 accepts S s (1.5 x NCCL_MESH_CONNECT_TIMEOUT_MS) after the\n"
-     "                  connect began; the connect must wait for it, then 1 MiB is checked"},
+     "                  connect began; the connect must wait for it, then 1 MiB is checked; --cut: rank 1\n"
+     "                  never accepts and takes its cable down while the connect waits: the connect must fail\n"
+     "                  within --bound (NCCL_MESH_PEER_TIMEOUT_MS + 10 s)"},
     {"pair", runPair, {"iters", "groups", "big"},
      "[--iters 2] [--groups 4] [--big 0]  2 nodes: sizes, 32 outstanding, grouped, short, one big"},
     {"allreduce", runAllreduce, {"pairs", "count", "iters"},
@@ -56,12 +58,14 @@ const ScenarioInfo kScenarios[] = {
      "                  [--watch PATH]  and PATH (nccl-mesh-info) --watch, run during the exchange,\n"
      "                  shows those shares too; relayed: the relays' forwarded bytes equal what\n"
      "                  ranks 0 and 2 sent through them; a killed process's counters file is cleaned"},
-    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "twin-relays", "quiet-leg-share", "vs", "ref-channels", "spread-devices", "peer-channels", "test-oldest"},
+    {"coll-bench", runCollBench, {"algo", "bytes", "channels", "slice", "iters", "warmup", "ceiling", "seconds", "max-streak", "max-passed-over", "twin-relays", "quiet-leg-share", "vs", "ref-channels", "spread-devices", "peer-channels", "test-oldest"},
      "[--algo ring|tree|alltoall|sendrecv|contention] [--bytes 64M] [--channels 4] [--slice 512K]\n"
      "                  [--iters 3] [--warmup 1] [--vs nccl-ib[:LIB]] [--ceiling B/s] [--seconds 3] [--max-streak N]  NCCL's collectives\n"
      "                  pipelined as NCCL runs them (8 slots per connection), busbw and, with --ceiling, the\n"
      "                  cabling's bound; data exact; streak= the most transfers one connection completed while\n"
-     "                  another with work left completed none (--max-streak fails above N); --twin-relays\n"
+     "                  another with work left completed none (--max-streak fails above N); on the fabric\n"
+     "                  passed_over= the most packets other QPs of a port sent while one waited for its turn\n"
+     "                  (--max-passed-over fails above N); --twin-relays\n"
      "                  (NCCL_MESH_RELAY_TWIN=1 on every node): every connection to an uncabled peer must have\n"
      "                  gone over two relays; [--quiet-leg-share X] each of them sent at least X of its\n"
      "                  sends over one leg (NCCL's tree on a 4-ring: the leg whose first cable has no tree edge);\n"

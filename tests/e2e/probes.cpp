@@ -249,6 +249,13 @@ std::map<std::string, long> fabricCounter(const std::string& name) {
 
 }  // namespace
 
+long fabricNodeMax(const std::string& name) {
+  if (fabricDir() == nullptr) return -1;
+  long most = 0;
+  for (const auto& [dev, v] : fabricCounter(name)) most = std::max(most, v);
+  return most;
+}
+
 long fabricNodeCounter(const std::string& name) {
   if (fabricDir() == nullptr) return -1;
   long sum = 0;

@@ -46,6 +46,9 @@ long readPortCounter(const std::string& dev, int port, const std::string& name);
 std::string fabricSentBytes();
 // The fabric's counter `name` summed over every device of this node, or -1 off the fabric.
 long fabricNodeCounter(const std::string& name);
+// The largest of the fabric's counter `name` over this node's devices (for the counters that
+// are maxima, such as max_passed_over), or -1 off the fabric.
+long fabricNodeMax(const std::string& name);
 // One line per RDMA device with its port 1 retransmission counters, e.g.
 // "rxe_p1: duplicate_request=64 completer_retry_err=3 ..." (counters the provider lacks are
 // left out). For failure reports: retransmissions on a lab that should have none are the

@@ -362,6 +362,11 @@ std::string runCollBench(Context& ctx) {
   int warmup = static_cast<int>(ctx.opts.integer("warmup", 1));
   double ceiling = ctx.opts.real("ceiling", 0);
   long maxStreak = ctx.opts.integer("max-streak", 0);
+  // --max-passed-over N (on the fabric): no QP waited while other QPs of its port took more
+  // than N of the port's turns (the fabric's max_passed_over). Unlike the streak, which the
+  // host's scheduling moves (a rank off the CPU lets its peer finish a window of transfers),
+  // this is the fabric's arbitration alone: round robin keeps it below the QPs per port.
+  long maxPassedOver = ctx.opts.integer("max-passed-over", 0);
   // --quiet-leg-share X (with --twin-relays): every two-relay connection of this rank that
   // carried data sent at least X of its sends over one leg (the plugin's close line): on a
   // 4-ring NCCL's tree fills one cable of each relayed pair's ways with direct traffic, and
@@ -444,6 +449,13 @@ std::string runCollBench(Context& ctx) {
   ctx.barrier("coll-bench-closed");  // a relaying rank stays until the others closed
   if (!bad.empty()) fail("coll-bench %s: data wrong after the last iteration: %s", algo.c_str(), bad.c_str());
   if (!refBad.empty()) fail("coll-bench %s: the reference's data wrong after the last iteration: %s", algo.c_str(), refBad.c_str());
+  long passedOver = fabricNodeMax("max_passed_over");
+  if (maxPassedOver > 0 && passedOver < 0) fail("--max-passed-over needs the fabric (its counter max_passed_over)");
+  if (maxPassedOver > 0 && passedOver > maxPassedOver) {
+    fail("coll-bench %s: a QP waited while other QPs of its port sent %ld packets (--max-passed-over %ld): the "
+         "fabric did not give the port's turns round robin",
+         algo.c_str(), passedOver, maxPassedOver);
+  }
   if (maxStreak > 0 && streak > static_cast<size_t>(maxStreak)) {
     fail("coll-bench %s: one connection completed %zu transfers in a row while another, with transfers still "
          "to come, completed none (--max-streak %ld): one direction of a cable waited for the other",
@@ -456,7 +468,9 @@ std::string runCollBench(Context& ctx) {
                            "busbw_MBps=%.1f data exact",
                            algo.c_str(), bytes, algo == "alltoall" ? peerChannels : channels, slice, connectS, best,
                            algbw / 1e6, busbw / 1e6);
-  out += format(" streak=%zu iters_s=%s calls=%s", streak, each.c_str(), bench.calls().c_str());
+  out += format(" streak=%zu", streak);
+  if (passedOver >= 0) out += format(" passed_over=%ld", passedOver);
+  out += format(" iters_s=%s calls=%s", each.c_str(), bench.calls().c_str());
   if (ceiling > 0 && algo != "sendrecv") {
     std::string how;
     Traffic t = algo == "ring" ? ringAllreduceTraffic(n) : algo == "tree" ? treeAllreduceTraffic(n) : alltoallTraffic(n);

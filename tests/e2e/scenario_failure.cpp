@@ -570,8 +570,11 @@ std::string runDeadPeer(Context& ctx) {
 // NCCL's IB transport waits for that accept without a limit; the plugin must wait too (up to
 // NCCL_MESH_ACCEPT_WAIT_MS), then the pair carries a message. PASS figures: how long the
 // connect waited.
+std::string lateAcceptCut(Context& ctx);
+
 std::string runLateAccept(Context& ctx) {
   requireNodes(ctx, 2);
+  if (ctx.opts.has("cut")) return lateAcceptCut(ctx);
   double delay = ctx.opts.real("delay", 1.5 * connectTimeoutSeconds());
   if (delay <= 0 || delay >= acceptWaitSeconds()) {
     fail("late-accept: --delay %.1f s must lie between 0 and NCCL_MESH_ACCEPT_WAIT_MS (%.1f s)", delay,
@@ -630,6 +633,70 @@ std::string runLateAccept(Context& ctx) {
   ctx.net.check(ctx.net->closeRecv(a->comm), "closeRecv", "late-accept recv comm");
   ctx.net.check(ctx.net->closeListen(lc), "closeListen", "late-accept listener");
   return format("accepted after %.1f s; 1 MiB checked", delay);
+}
+
+// --cut: rank 1 never accepts; once rank 0's connect has outlived the connect timeout (so it
+// waits for the accept), rank 1 takes its cable to rank 0 down (`ip link set p0 down`): no
+// FIN ever comes. TCP keepalive must end the wait within NCCL_MESH_PEER_TIMEOUT_MS + 10 s of
+// the cut, long before NCCL_MESH_ACCEPT_WAIT_MS. PASS figures: the time from the cut.
+std::string lateAcceptCut(Context& ctx) {
+  double peerTimeout = envSeconds("NCCL_MESH_PEER_TIMEOUT_MS", 30000);
+  double bound = ctx.opts.real("bound", peerTimeout + 10);
+  if (bound >= acceptWaitSeconds()) {
+    fail("late-accept --cut: the bound (%.1f s) must be below NCCL_MESH_ACCEPT_WAIT_MS (%.1f s), or the test "
+         "cannot tell keepalive from the end of the wait", bound, acceptWaitSeconds());
+  }
+  if (ctx.rank == 0) {
+    std::string handle = ctx.rv->fetch("h.1.0.cut", ctx.deadline, "rank 1's listen handle");
+    ConnectDriver driver(ctx);
+    PendingConn* p = driver.addConnect(1, 0, handle, "connect rank0->rank1 (its cable cut while it waits)");
+    p->mayFail = true;
+    p->giveUp = Deadline(acceptWaitSeconds() + 20, "the accept wait");
+    setPhase("late-accept --cut: connecting; waiting past the connect timeout");
+    bool told = false;
+    Clock::time_point cutSeen;
+    bool cut = false;
+    driver.drive(ctx.deadline, [&] {
+      if (!told && p->seconds() > connectTimeoutSeconds() + 0.5) {
+        told = true;  // still pending past the connect timeout: it waits for the accept
+        ctx.rv->publish("waiting.0", "");
+        setPhase(format("late-accept --cut: waiting for the cut, then for the connect to fail (bound %.1f s)", bound));
+      }
+      if (told && !cut && ctx.rv->exists("cut.1")) {
+        cut = true;
+        cutSeen = Clock::now();
+      }
+      if (cut && secondsSince(cutSeen) > bound) {
+        fail("late-accept --cut: connect still pending %.1f s after rank 1's cable went down (bound %.1f s: "
+             "NCCL_MESH_PEER_TIMEOUT_MS %.1f s + 10): nothing noticed the peer vanish", secondsSince(cutSeen), bound,
+             peerTimeout);
+      }
+      return false;
+    });
+    if (p->comm != nullptr) fail("late-accept --cut: connected although rank 1 never accepted");
+    if (!told) fail("late-accept --cut: the connect failed after %.2f s, before the connect timeout", p->seconds());
+    if (!cut) fail("late-accept --cut: the connect failed (%s) before rank 1 cut its cable", resultName(p->rc));
+    if (!isPeerFailure(p->rc)) {
+      fail("late-accept --cut: connect failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)",
+           resultName(p->rc), ctx.net.lastWarn().c_str());
+    }
+    double afterCut = secondsBetween(cutSeen, p->finishedAt);
+    ctx.rv->publish("done.0", "");
+    say("late-accept --cut: connect failed %.2f s after the cut (%.2f s in all) with %s; WARN: %s", afterCut,
+        p->seconds(), resultName(p->rc), ctx.net.lastWarn().c_str());
+    return format("cut_to_error_s=%.2f connect_s=%.2f bound_s=%.1f", afterCut, p->seconds(), bound);
+  }
+  void* lc = listenAndPublish(ctx, "h.1.0.cut", "rank 1's listener that never accepts");
+  ctx.rv->fetch("waiting.0", ctx.deadline, "rank 0's connect waiting past the connect timeout");
+  std::string cmd = "ip link set dev p0 down";
+  say("late-accept --cut: %s", cmd.c_str());
+  int rc = system(cmd.c_str());
+  if (rc != 0) fail("late-accept --cut: '%s' exited %d", cmd.c_str(), rc);
+  ctx.rv->publish("cut.1", "");
+  setPhase("late-accept --cut: cable down, waiting for rank 0's connect to fail");
+  ctx.rv->fetch("done.0", ctx.deadline, "rank 0's connect failing");
+  ctx.net.check(ctx.net->closeListen(lc), "closeListen", "the listener whose cable was cut");
+  return "cut the cable while rank 0 waited for the accept; closeListen ok";
 }
 
 // The receiver closes its comm the moment its receive completes, as NCCL may at the end of a

@@ -13,6 +13,10 @@ endforeach()
 # A rank whose accept comes 1.5 connect timeouts after the connect (its NCCL was exchanging
 # handles with a slower rank) still gets its connection, as with NCCL's IB transport.
 fabric_scenario(late_accept 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=2000 -- late-accept)
+# ... and a peer whose cable goes down while the connect waits for its accept fails the connect
+# through TCP keepalive (NCCL_MESH_PEER_TIMEOUT_MS), not at the end of the wait.
+fabric_scenario(late_accept_cut 2 60 --env NCCL_MESH_CONNECT_TIMEOUT_MS=2000 --env NCCL_MESH_PEER_TIMEOUT_MS=3000
+                --env NCCL_MESH_ACCEPT_WAIT_MS=120000 -- late-accept --cut)
 # mid-send: the 64 MiB send must still be on the wire when rank 1 dies. Unrated, the fabric
 # moved it in under 0.5 s under qemu-user (arm64) before the victim got to its SIGKILL; at
 # 4 MB/s it needs 16 s, far longer than the victim takes to die and the sender to see it.

@@ -48,6 +48,14 @@ inline void count(Fabric* f, Device* d, StatsCounter c, uint64_t n = 1) {
   f->devStats(d)->counters[c].fetch_add(n, std::memory_order_relaxed);
 }
 
+// For the counters that are maxima (kMaxPassedOver).
+inline void raiseTo(Fabric* f, Device* d, StatsCounter c, uint64_t v) {
+  std::atomic<uint64_t>& m = f->devStats(d)->counters[c];
+  uint64_t cur = m.load(std::memory_order_relaxed);
+  while (cur < v && !m.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
 // --- rings (the packets' way between two processes) -----------------------------------------
 
 // Ring <-> application memory through the DMA functions (see fabric.h).

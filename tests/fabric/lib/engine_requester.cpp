@@ -315,6 +315,11 @@ void writeRequests(Fabric* f, Conn* c) {
     c->txQps.erase(c->txQps.begin() + static_cast<std::ptrdiff_t>(i));
     qp->inTxList = false;
     sendOne(f, c, qp, now);
+    // The port's turn went to qp: every other QP of the port that was waiting was passed over.
+    for (Qp* other : c->txQps) {
+      if (other->dev == qp->dev) raiseTo(f, qp->dev, kMaxPassedOver, ++other->passedOver);
+    }
+    qp->passedOver = 0;
     if (canSend(qp, now) && qp->conn == c) {
       c->txQps.push_back(qp);
       qp->inTxList = true;
@@ -337,6 +342,7 @@ void Fabric::scheduleTx(Qp* qp) {
   if (!qp->inTxList) {
     c->txQps.push_back(qp);
     qp->inTxList = true;
+    qp->passedOver = 0;
   }
   writeRequests(this, c);
   flushKicks(c);

@@ -244,6 +244,7 @@ struct Qp {
   // past it, the packet is still queued in the "NIC", not on the wire (see runTimers).
   uint64_t txRingPos = 0;
   bool inTxList = false;
+  uint32_t passedOver = 0;  // packets other QPs of its port sent while it waited in the tx list
 
   // Receive queue.
   std::vector<RecvWqe> rq;

@@ -24,7 +24,8 @@
 namespace meshfab {
 
 constexpr uint32_t kStatsMagic = 0x4d465354;  // "MFST"
-constexpr uint32_t kStatsVersion = 3;  // 2: sent_bytes, rcvd_bytes, paced_waits; 3: executed_reads
+constexpr uint32_t kStatsVersion = 4;  // 2: sent_bytes, rcvd_bytes, paced_waits; 3: executed_reads;
+                                       // 4: max_passed_over
 constexpr int kStatsMaxDevices = 32;
 
 enum StatsRes { kResPd, kResCq, kResQp, kResMr, kResCtx, kResCount };
@@ -49,6 +50,11 @@ enum StatsCounter {
   kRcvdBytes,           // payload bytes received and placed
   kPacedWaits,          // times a packet waited for its port's or wire's rate cap
   kExecutedReads,       // responder: RDMA READ requests executed (the fabric's own; rxe has none)
+  // requester: the most packets other QPs of this port sent while one QP had a packet ready
+  // and waited for its turn (a maximum, not a sum; the fabric's own). Round robin keeps it
+  // below the number of QPs sending on the port at once; tens or more mean one QP took the
+  // port's turns while another waited.
+  kMaxPassedOver,
   kCounterCount
 };
 inline const char* counterName(int c) {
@@ -56,7 +62,7 @@ inline const char* counterName(int c) {
       "sent_pkts",          "rcvd_pkts",         "duplicate_request", "out_of_seq_request",
       "completer_retry_err", "retry_exceeded_err", "rcvd_rnr_err",      "send_rnr_nak",
       "rcvd_seq_err",       "unreachable_drops", "sent_bytes",        "rcvd_bytes",
-      "paced_waits",        "executed_reads"};
+      "paced_waits",        "executed_reads",    "max_passed_over"};
   return kNames[c];
 }
 
