@@ -307,7 +307,8 @@ std::vector<Setting> buildTable() {
                  "accepts, so a rank's accept can come late while it waits for a slower "
                  "rank; NCCL's IB transport waits without a limit. A peer whose host or "
                  "link goes away meanwhile fails the connect after NCCL_MESH_PEER_TIMEOUT_MS "
-                 "(TCP keepalive). Relayed connects end at twice NCCL_MESH_CONNECT_TIMEOUT_MS",
+                 "(TCP keepalive; with 0 there only this bounds the wait). Relayed connects end "
+                 "at twice NCCL_MESH_CONNECT_TIMEOUT_MS",
                  &Config::acceptWaitMs, 0, 86400000),
       intSetting("NCCL_MESH_PEER_TIMEOUT_MS", "30000",
                  "How long an established connection's peer may stay silent (no heartbeat "

@@ -238,10 +238,19 @@ void dropPending(Handshaker* hs, Listener* l, const std::shared_ptr<PendingAccep
   }
 }
 
+// Another connect meant for this listener (its HELLO read) is waiting for accept() or
+// finishing: what happens to that one decides, whatever failed beside it.
+bool holdsLiveConnect(const Listener* l, const PendingAccept* except) {
+  for (const auto& pa : l->pending) {
+    if (pa.get() != except && pa->authenticated && pa->stage != PendingAccept::Stage::Hello) return true;
+  }
+  return false;
+}
+
 // A connect meant for this listener ended without a connection: accept() reports it if no
 // other follows (a relayed connect tries its next relay with the same token).
 void noteFailed(Listener* l, const std::shared_ptr<PendingAccept>& pa, const std::string& why, ncclResult_t code) {
-  if (!pa->authenticated || l->closed) return;
+  if (!pa->authenticated || l->closed || holdsLiveConnect(l, pa.get())) return;
   std::lock_guard<std::mutex> lock(l->mutex);
   l->failure = "the connection from " + pa->peer + " failed on this side: " + why;
   l->failureCode = code;
@@ -356,8 +365,8 @@ void maybeProcess(Handshaker* hs, const std::shared_ptr<Listener>& l) {
 // Only sockets that have not yet presented the token are bounded: a scanner or a flood of
 // half-open connections cannot grow memory, and evicting its oldest socket (rather than
 // refusing the newcomer) keeps a real connect, which sends its HELLO at once, from being
-// locked out. Authenticated connects are never evicted: they wait for accept() until the
-// connect timeout, as their connector does.
+// locked out. Authenticated connects are never evicted: they wait for accept() up to
+// NCCL_MESH_ACCEPT_WAIT_MS, as their connector does.
 void evictIfFull(Handshaker* hs, const std::shared_ptr<Listener>& l) {
   auto unauthenticated = [&] {
     std::vector<std::shared_ptr<PendingAccept>> out;  // in arrival order
@@ -520,9 +529,20 @@ void onConnectReadable(Handshaker* hs, Connector* c) {
   std::string error;
   int rc = readMessage(c->fd, &c->inbuf, &msg, &error);
   if (rc == 0) return;
+  if (rc == -2 && !error.empty()) {
+    // A receive error, not an end of stream: keepalive got no answer (ETIMEDOUT), or a reset.
+    return finishConnect(hs, c,
+                         "lost the connection to " + c->peer + " while waiting for " + stepName(c->step) + ": " +
+                             error +
+                             (c->step == Connector::Step::WaitAccept
+                                  ? " (no keepalive answer within NCCL_MESH_PEER_TIMEOUT_MS: its host or cable is down?)"
+                                  : ""),
+                         ncclRemoteError);
+  }
   if (rc == -2) {
-    // One hint per case: a listener alive but not accepting closes the connection at its own
-    // connect timeout (dead-peer never-accept), one closed or killed at once (listener-dies).
+    // One hint per case: a listener alive but not accepting closes the connection at its
+    // NCCL_MESH_ACCEPT_WAIT_MS (dead-peer never-accept), one closed or killed at once
+    // (listener-dies).
     return finishConnect(hs, c,
                          c->peer + (c->step == Connector::Step::Connect
                                         ? std::string(" closed the connection during the TCP connect (did the peer "
@@ -580,7 +600,7 @@ void beginConnect(Handshaker* hs, const std::shared_ptr<Connector>& c) {
   hs->reactor()->addTimer(std::chrono::milliseconds(50), [hs, weak](Clock::time_point now) {
     auto conn = weak.lock();
     if (conn == nullptr || conn->state.load() != Connector::kPending) return false;
-    bool accepting = conn->step == Connector::Step::WaitAccept;
+    bool accepting = conn->step == Connector::Step::WaitAccept && !conn->opts.acceptAtOnce;
     if (now < (accepting ? conn->acceptDeadline : conn->deadline)) return true;
     finishConnect(hs, conn.get(),
                   "timed out after " +
@@ -673,10 +693,11 @@ void Handshaker::pauseListening(const std::shared_ptr<Listener>& l, int lfd, int
               "retried every 100 ms (further shortages are not logged)",
               l->port, strerror(err), err == EMFILE ? " (this process's open-file limit, ulimit -n)" : "");
   }
-  {
-    // A connection meant for this listener may be the one waiting: if the shortage outlasts
-    // every connector (accept()'s two connect timeouts, from its start), accept() fails with
-    // it, as NCCL's IB transport fails accept() when its accept4 does.
+  if (!holdsLiveConnect(l.get(), nullptr)) {
+    // A connection meant for this listener may be the one waiting in the kernel's queue:
+    // NCCL's IB transport fails accept() when its accept4 does. A shortage that lasts two
+    // connect timeouts is no passing one: accept() then fails with it (NCCL aborts and closes
+    // the listen comm, and the queued connection's connector fails at that close).
     std::lock_guard<std::mutex> lock(l->mutex);
     if (l->failure.empty()) {
       l->failure = std::string("an incoming connection could not be taken: ") + strerror(err) +
@@ -762,7 +783,9 @@ ncclResult_t Handshaker::startConnect(const Handle& handle, const std::vector<Ro
   c->opts = opts;
   c->peer = formatIpv4(routes.front().peerAddr) + ":" + std::to_string(handle.port);
   c->deadline = Clock::now() + std::chrono::milliseconds(settings_.timeoutMs);
-  c->acceptDeadline = std::max(c->deadline, Clock::now() + acceptWait(settings_));
+  // A relay's leg is accepted by the relay at once: waiting longer would only delay trying the
+  // next relay when that one hangs.
+  c->acceptDeadline = opts.acceptAtOnce ? c->deadline : std::max(c->deadline, Clock::now() + acceptWait(settings_));
   if (!reactor_->post([this, c] { beginConnect(this, c); })) {
     MESH_WARN("connect: the handshake reactor is not running (plugin shut down?)");
     return ncclInternalError;
@@ -785,7 +808,8 @@ ncclResult_t Handshaker::pollConnect(const std::shared_ptr<Connector>& c, std::u
       // well after it has no thread to finish it (it stopped on an error): fail here
       // rather than let NCCL wait forever. Only a connect whose HELLO is out may wait past
       // the connect timeout (for the peer's accept), and only while the thread runs.
-      bool accepting = c->awaitingAccept.load(std::memory_order_acquire) && reactor_->serving();
+      bool accepting = c->awaitingAccept.load(std::memory_order_acquire) && reactor_->serving() &&
+                       !c->opts.acceptAtOnce;
       if (Clock::now() > (accepting ? c->acceptDeadline : c->deadline) + std::chrono::seconds(2)) {
         MESH_WARN("connect to %s failed: no outcome %lld ms after it started (%s) and the handshake thread did not "
                   "end it%s", c->peer.c_str(),

@@ -293,6 +293,7 @@ ncclResult_t RelayConnector::stepCandidate() {
       ConnOptions legOpts = opts_;
       legOpts.twinLeg = 0;  // the relay's leg is a plain connection; the OPEN named the leg
       legOpts.originAddr = 0;
+      legOpts.acceptAtOnce = true;  // a hung relay costs one timeout, then the next one is tried
       if (hs_->startConnect(m.reply.leg, route.routes, legOpts, &leg_) != ncclSuccess) {
         nextCandidate("cannot start the leg's handshake");
         return ncclSuccess;

@@ -251,8 +251,14 @@ std::map<std::string, long> fabricCounter(const std::string& name) {
 
 long fabricNodeMax(const std::string& name) {
   if (fabricDir() == nullptr) return -1;
-  long most = 0;
-  for (const auto& [dev, v] : fabricCounter(name)) most = std::max(most, v);
+  long most = 0;  // over every device of every process of the node (a maximum is not summed)
+  meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
+    for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
+      for (int c = 0; c < meshfab::kCounterCount; ++c) {
+        if (name == meshfab::counterName(c)) most = std::max(most, static_cast<long>(f.dev[i].counters[c].load()));
+      }
+    }
+  });
   return most;
 }
 

@@ -585,10 +585,10 @@ std::string runLateAccept(Context& ctx) {
   uint64_t seed = patternSeed(0, 1, 7, 0, 0);
   if (ctx.rank == 0) {
     std::string handle = ctx.rv->fetch("h.1.0.late", ctx.deadline, "rank 1's listen handle");
-    ctx.rv->publish("start.0", "");
     setPhase(format("late-accept: connecting; rank 1 accepts after %.1f s", delay));
     ConnectDriver driver(ctx);
     PendingConn* p = driver.addConnect(1, 0, handle, "connect rank0->rank1 (accepted late)");
+    ctx.rv->publish("start.0", "");  // after the connect's start: rank 1's delay counts from later
     p->mayFail = true;
     p->giveUp = Deadline(acceptWaitSeconds() + 20, "the accept wait");
     driver.drive(ctx.deadline);
@@ -638,7 +638,8 @@ std::string runLateAccept(Context& ctx) {
 // --cut: rank 1 never accepts; once rank 0's connect has outlived the connect timeout (so it
 // waits for the accept), rank 1 takes its cable to rank 0 down (`ip link set p0 down`): no
 // FIN ever comes. TCP keepalive must end the wait within NCCL_MESH_PEER_TIMEOUT_MS + 10 s of
-// the cut, long before NCCL_MESH_ACCEPT_WAIT_MS. PASS figures: the time from the cut.
+// the cut, long before NCCL_MESH_ACCEPT_WAIT_MS, and the WARN must say so. PASS figures: the
+// time from the cut. (Rank 1 leaves its cable down: the fabric's namespaces go with the run.)
 std::string lateAcceptCut(Context& ctx) {
   double peerTimeout = envSeconds("NCCL_MESH_PEER_TIMEOUT_MS", 30000);
   double bound = ctx.opts.real("bound", peerTimeout + 10);
@@ -679,6 +680,10 @@ std::string lateAcceptCut(Context& ctx) {
     if (!isPeerFailure(p->rc)) {
       fail("late-accept --cut: connect failed with %s; expected ncclSystemError or ncclRemoteError (last WARN: %s)",
            resultName(p->rc), ctx.net.lastWarn().c_str());
+    }
+    if (ctx.net.lastWarn().find("NCCL_MESH_PEER_TIMEOUT_MS") == std::string::npos) {
+      fail("late-accept --cut: the connect's WARN does not say that keepalive ended it (NCCL_MESH_PEER_TIMEOUT_MS): %s",
+           ctx.net.lastWarn().c_str());
     }
     double afterCut = secondsBetween(cutSeen, p->finishedAt);
     ctx.rv->publish("done.0", "");

@@ -26,7 +26,7 @@
 namespace mesh {
 
 struct HandshakeSettings {
-  int timeoutMs = 30000;       // every step of a handshake must finish within this
+  int timeoutMs = 30000;       // every step of a handshake must finish within this, but the wait for accept()
   bool listenAny = false;      // bind 0.0.0.0 instead of the mesh addresses
   int portMin = 0;             // 0: ephemeral ports
   int portMax = 0;
@@ -65,8 +65,9 @@ class Handshaker {
   ncclResult_t listen(std::shared_ptr<Listener>* out, Handle* handle);
   // Returns a finished connection, or nullptr while none is ready. NCCL thread. An error
   // once a connect meant for this listener failed here and none followed within two connect
-  // timeouts (NCCL's IB transport fails accept() with its connection; without this NCCL's
-  // thread would call accept() forever).
+  // timeouts, or its sockets could not take a connection for want of descriptors that long
+  // (NCCL's IB transport fails accept() with its connection; without this NCCL's thread
+  // would call accept() forever).
   ncclResult_t pollAccept(const std::shared_ptr<Listener>& listener,
                           std::unique_ptr<PreparedConn>* conn);
   void closeListener(std::shared_ptr<Listener> listener);

@@ -45,6 +45,8 @@ struct ConnOptions {
   int trafficClass = -1;  // the communicator's class; -1: unset (see resolveTrafficClass)
   uint32_t originAddr = 0;  // a relay's connect: the relayed connection's sender (its HELLO says so)
   int twinLeg = 0;          // 1 or 2: this connect is a leg of a two-relay connection (its HELLO says so)
+  bool acceptAtOnce = false;  // the listener accepts at once (a relay's leg): wait for its ACCEPT only
+                              // the connect timeout, not NCCL_MESH_ACCEPT_WAIT_MS
 };
 
 class Transport {

@@ -315,9 +315,12 @@ void writeRequests(Fabric* f, Conn* c) {
     c->txQps.erase(c->txQps.begin() + static_cast<std::ptrdiff_t>(i));
     qp->inTxList = false;
     sendOne(f, c, qp, now);
-    // The port's turn went to qp: every other QP of the port that was waiting was passed over.
+    // The port's turn went to qp: every other QP of the port that had a packet ready for the
+    // same caps (a switch's inbound cap is the destination's) was passed over.
     for (Qp* other : c->txQps) {
-      if (other->dev == qp->dev) raiseTo(f, qp->dev, kMaxPassedOver, ++other->passedOver);
+      if (other->dev == qp->dev && other->inbound == qp->inbound && canSend(other, now)) {
+        raiseTo(f, qp->dev, kMaxPassedOver, ++other->passedOver);
+      }
     }
     qp->passedOver = 0;
     if (canSend(qp, now) && qp->conn == c) {
