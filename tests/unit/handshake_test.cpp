@@ -130,9 +130,10 @@ class HandshakeTest : public ::testing::Test {
     ASSERT_EQ(reactor_.start(), ncclSuccess);
     makeHandshaker(8);
   }
-  void makeHandshaker(size_t maxPending, int timeoutMs = 1500, int peerTimeoutMs = 6500) {
+  void makeHandshaker(size_t maxPending, int timeoutMs = 1500, int peerTimeoutMs = 6500, int acceptWaitMs = 0) {
     HandshakeSettings s;
     s.timeoutMs = timeoutMs;
+    s.acceptWaitMs = acceptWaitMs;
     s.maxPending = maxPending;
     s.peerTimeoutMs = peerTimeoutMs;
     hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
@@ -371,11 +372,8 @@ TEST_F(HandshakeTest, AConnectorThatOffersFewerLinksThanItsRoutesConnects) {
 // when the thread gets back: the thread holds a connect only weakly, so a dropped one's
 // socket stayed watched forever (and, level-triggered and writable, spun the thread).
 TEST_F(HandshakeTest, AConnectGivenUpPastItsDeadlineStillClosesItsSocket) {
-  makeHandshaker(8, /*timeoutMs=*/200);
   // A long wait for accept does not stretch this: the thread is stuck before the HELLO.
-  HandshakeSettings s = hs_->settings();
-  s.acceptWaitMs = 60000;
-  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  makeHandshaker(8, /*timeoutMs=*/200, /*peerTimeoutMs=*/6500, /*acceptWaitMs=*/60000);
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
@@ -696,10 +694,7 @@ TEST_F(HandshakeTest, AFailedConnectFollowedByAGoodOneIsAccepted) {
 // Here: a live listener's accept() 2.5 connect timeouts after the connect still connects;
 // NCCL_MESH_ACCEPT_WAIT_MS bounds the wait.
 TEST_F(HandshakeTest, AConnectWaitsForALateAcceptPastTheConnectTimeout) {
-  makeHandshaker(8, /*timeoutMs=*/300);
-  HandshakeSettings s = hs_->settings();
-  s.acceptWaitMs = 10000;
-  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  makeHandshaker(8, /*timeoutMs=*/300, /*peerTimeoutMs=*/6500, /*acceptWaitMs=*/10000);
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
@@ -724,10 +719,7 @@ TEST_F(HandshakeTest, AConnectWaitsForALateAcceptPastTheConnectTimeout) {
 // The wait for accept has its bound: both ends give up at NCCL_MESH_ACCEPT_WAIT_MS, and the
 // connect's error names it.
 TEST_F(HandshakeTest, AConnectNobodyAcceptsEndsAtTheAcceptWait) {
-  makeHandshaker(8, /*timeoutMs=*/300);
-  HandshakeSettings s = hs_->settings();
-  s.acceptWaitMs = 900;
-  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  makeHandshaker(8, /*timeoutMs=*/300, /*peerTimeoutMs=*/6500, /*acceptWaitMs=*/900);
   testing_support::WarnCapture warnings;
   std::shared_ptr<Listener> l;
   Handle h;
@@ -747,10 +739,7 @@ TEST_F(HandshakeTest, AConnectNobodyAcceptsEndsAtTheAcceptWait) {
 // A relay's leg is accepted by the relay at once: its connect waits the connect timeout for
 // the ACCEPT, not NCCL_MESH_ACCEPT_WAIT_MS, so a hung relay costs one timeout before the next.
 TEST_F(HandshakeTest, AConnectThatExpectsAnAcceptAtOnceEndsAtTheConnectTimeout) {
-  makeHandshaker(8, /*timeoutMs=*/300);
-  HandshakeSettings s = hs_->settings();
-  s.acceptWaitMs = 60000;
-  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  makeHandshaker(8, /*timeoutMs=*/300, /*peerTimeoutMs=*/6500, /*acceptWaitMs=*/60000);
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
@@ -773,10 +762,7 @@ TEST_F(HandshakeTest, AConnectThatExpectsAnAcceptAtOnceEndsAtTheConnectTimeout) 
 // A connect that fails beside another one still waiting for accept() (the same handle used
 // twice; a two-relay connection's legs) does not fail accept(): the waiting one decides.
 TEST_F(HandshakeTest, AFailureBesideAConnectWaitingForAcceptDoesNotFailIt) {
-  makeHandshaker(8, /*timeoutMs=*/300);
-  HandshakeSettings s = hs_->settings();
-  s.acceptWaitMs = 10000;
-  hs_ = std::make_unique<Handshaker>(&reactor_, &transport_, s);
+  makeHandshaker(8, /*timeoutMs=*/300, /*peerTimeoutMs=*/6500, /*acceptWaitMs=*/10000);
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
@@ -845,6 +831,50 @@ bool closedByPeer(int fd) {
   return n == 0 || errno == ECONNRESET;
 }
 
+// The process out of descriptors (its soft limit lowered to what it holds plus a few, those
+// taken by /dev/null), with a client socket made before, for a connection the kernel queues
+// while the listener cannot take it. end() gives the descriptors back; so does the destructor.
+class DescriptorShortage {
+ public:
+  DescriptorShortage() {
+    client_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (client_ < 0 || getrlimit(RLIMIT_NOFILE, &saved_) != 0) return;
+    rlimit low = saved_;
+    low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0) return;
+    lowered_ = true;
+    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers_.push_back(fd);
+  }
+  ~DescriptorShortage() {
+    end();
+    if (client_ >= 0) close(client_);
+  }
+  DescriptorShortage(const DescriptorShortage&) = delete;
+  DescriptorShortage& operator=(const DescriptorShortage&) = delete;
+  bool ok() const { return client_ >= 0 && lowered_; }
+  // Connects the client to the listener's loopback port: 0, or the errno.
+  int connectClient(uint16_t port) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return connect(client_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 ? 0 : errno;
+  }
+  void end() {
+    for (int fd : fillers_) close(fd);
+    fillers_.clear();
+    if (lowered_) setrlimit(RLIMIT_NOFILE, &saved_);
+    lowered_ = false;
+  }
+  int client() const { return client_; }
+
+ private:
+  int client_ = -1;
+  rlimit saved_{};
+  bool lowered_ = false;
+  std::vector<int> fillers_;
+};
+
 // A process out of file descriptors: accept4 fails with EMFILE and the connection stays
 // queued, so the listening socket stays readable. The reactor pauses that socket for 100 ms
 // at a time instead of spinning on it (thousands of failed accept4 calls in the half second
@@ -854,38 +884,22 @@ TEST_F(HandshakeTest, AListenerOutOfDescriptorsPausesInsteadOfSpinningAndAccepts
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
-  int client = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(client, 0);
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> fillers;
-  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  DescriptorShortage shortage;
+  ASSERT_TRUE(shortage.ok()) << strerror(errno);
   uint64_t before = hs_->acceptShortages();
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(h.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int rc = connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));  // queued by the kernel
-  int connectErr = errno;
+  int connectErr = shortage.connectClient(h.port);  // queued by the kernel
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the window the count covers
   uint64_t shortages = hs_->acceptShortages() - before;
-  for (int fd : fillers) close(fd);
-  setrlimit(RLIMIT_NOFILE, &saved);
-  ASSERT_EQ(rc, 0) << strerror(connectErr);
+  shortage.end();
+  ASSERT_EQ(connectErr, 0) << strerror(connectErr);
   EXPECT_GE(shortages, 1u) << "accept4 never ran out of descriptors: the test did not set up its case";
   EXPECT_LE(shortages, 10u) << "the reactor spun on the listening socket";
-  bool named = false;
-  for (const std::string& w : warnings.lines()) named = named || w.find("open-file limit") != std::string::npos;
-  EXPECT_TRUE(named) << warnings.last();
+  EXPECT_TRUE(warnings.has({"open-file limit"})) << warnings.last();
   // With descriptors back, the paused socket takes the queued connection: it is then a
   // pending handshake, and a garbage header from it gets it refused and closed.
   const char junk[32] = "not a handshake header, refused";
-  ASSERT_EQ(write(client, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
-  EXPECT_TRUE(closedByPeer(client)) << "the queued connection was never taken";
-  close(client);
+  ASSERT_EQ(write(shortage.client(), junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  EXPECT_TRUE(closedByPeer(shortage.client())) << "the queued connection was never taken";
   hs_->closeListener(l);
 }
 
@@ -899,33 +913,19 @@ TEST_F(HandshakeTest, AnAcceptWhoseConnectionCannotBeTakenForWantOfDescriptorsFa
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
-  int client = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(client, 0);
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> fillers;
-  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(h.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  DescriptorShortage shortage;
+  ASSERT_TRUE(shortage.ok()) << strerror(errno);
   auto start = Clock::now();  // before the connect: the shortage it meets comes after
-  int rc = connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));  // queued by the kernel
-  int connectErr = errno;
+  int connectErr = shortage.connectClient(h.port);  // queued by the kernel
   std::unique_ptr<PreparedConn> recv;
-  ncclResult_t r = rc == 0 ? acceptUntilDone(hs_.get(), l, &recv) : ncclInternalError;
+  ncclResult_t r = connectErr == 0 ? acceptUntilDone(hs_.get(), l, &recv) : ncclInternalError;
   auto took = Clock::now() - start;
-  for (int fd : fillers) close(fd);
-  setrlimit(RLIMIT_NOFILE, &saved);
-  ASSERT_EQ(rc, 0) << strerror(connectErr);
+  shortage.end();
+  ASSERT_EQ(connectErr, 0) << strerror(connectErr);
   EXPECT_EQ(r, ncclSystemError) << "accept never ended";
   EXPECT_GE(took, std::chrono::milliseconds(600)) << "reported before two connect timeouts";
   EXPECT_EQ(recv, nullptr);
   EXPECT_TRUE(warnings.has({"accept on port", "open-file limit"})) << warnings.last();
-  close(client);
   hs_->closeListener(l);
 }
 
@@ -935,33 +935,19 @@ TEST_F(HandshakeTest, ADescriptorShortageThatEndsDoesNotFailAccept) {
   std::shared_ptr<Listener> l;
   Handle h;
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
-  int client = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(client, 0);
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = static_cast<rlim_t>(openFds() + 16);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> fillers;
-  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  DescriptorShortage shortage;
+  ASSERT_TRUE(shortage.ok()) << strerror(errno);
   uint64_t before = hs_->acceptShortages();
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(h.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int rc = connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  int connectErr = errno;
+  int connectErr = shortage.connectClient(h.port);
   auto waitUntil = Clock::now() + std::chrono::seconds(10);
   while (hs_->acceptShortages() == before && Clock::now() < waitUntil) std::this_thread::yield();
   uint64_t shortages = hs_->acceptShortages() - before;
-  for (int fd : fillers) close(fd);
-  setrlimit(RLIMIT_NOFILE, &saved);
-  ASSERT_EQ(rc, 0) << strerror(connectErr);
+  shortage.end();
+  ASSERT_EQ(connectErr, 0) << strerror(connectErr);
   ASSERT_GE(shortages, 1u) << "accept4 never ran out of descriptors: the test did not set up its case";
   const char junk[32] = "not a handshake header, refused";
-  ASSERT_EQ(write(client, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
-  EXPECT_TRUE(closedByPeer(client)) << "the queued connection was never taken";
-  close(client);
+  ASSERT_EQ(write(shortage.client(), junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  EXPECT_TRUE(closedByPeer(shortage.client())) << "the queued connection was never taken";
   // Past two connect timeouts from the shortage: accept() still waits for its connection.
   std::unique_ptr<PreparedConn> recv;
   auto end = Clock::now() + std::chrono::milliseconds(1200);
