@@ -295,6 +295,7 @@ int main() {
     check::Deadline dl(60);
     const int kIters = 64;
     int checkedBytes = 0;
+    int fifoSignaled = 0, fifoCompleted = 0;  // the receiver's signaled FIFO writes (one in 16)
     for (int it = 0; it < kIters; ++it) {
       uint32_t size = static_cast<uint32_t>(((it * 7919) % kSize) + 1);
       if (r.rank == 1) {  // receiver: empty receive, then the FIFO slot to the sender
@@ -317,11 +318,15 @@ int main() {
         w.wr.rdma.remote_addr = peer.addr + (it % 32) * 64;
         w.wr.rdma.rkey = peer.rkey;
         if (ibv_post_send(qp, &w, &bw) != 0) fail("post_send (FIFO slot, inline)");
+        if (w.send_flags & IBV_SEND_SIGNALED) ++fifoSignaled;
         bool gotImm = false;
         while (!gotImm) {
           ibv_wc wc = pollOne(cq, dl, "the WRITE_WITH_IMM");
           if (wc.status != IBV_WC_SUCCESS) fail("completion error: %s", statusName(wc.status).c_str());
-          if (wc.opcode == IBV_WC_RDMA_WRITE) continue;  // a signaled FIFO write
+          if (wc.opcode == IBV_WC_RDMA_WRITE) {  // a signaled FIFO write
+            ++fifoCompleted;
+            continue;
+          }
           if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc.wc_flags & IBV_WC_WITH_IMM) || wc.imm_data != size) {
             fail("iteration %d: opcode %d imm %u (want RECV_RDMA_WITH_IMM, imm %u)", it, wc.opcode, wc.imm_data, size);
           }
@@ -369,6 +374,16 @@ int main() {
     // NCCL's GPU flush: a 1-byte READ from the received buffer over a QP connected to itself.
     int flushes = 0;
     if (r.rank == 1) {
+      // The last signaled FIFO write may complete after the data it asked for has arrived
+      // (its ACK is late on a loaded host): take those completions first, so the flush's
+      // completions below are the flush's.
+      while (fifoCompleted < fifoSignaled) {
+        ibv_wc wc = pollOne(cq, dl, "the last signaled FIFO write");
+        if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RDMA_WRITE) {
+          fail("FIFO write completion: %s opcode %d", statusName(wc.status).c_str(), wc.opcode);
+        }
+        ++fifoCompleted;
+      }
       ibv_qp* lqp = createQp(pd, cq, IBV_ACCESS_REMOTE_READ);
       QpInfo self = me;
       self.qpn = lqp->qp_num;
