@@ -232,18 +232,25 @@ std::string grownResources(const RdmaResources& before, const RdmaResources& aft
 
 namespace {
 
+// Calls fn(device name, value) for counter `name` of every fabric device of every process of
+// this node (one call per process and device). Nothing off the fabric.
+template <typename Fn>
+void eachFabricValue(const std::string& name, Fn&& fn) {
+  if (fabricDir() == nullptr) return;
+  meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
+    for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
+      for (int c = 0; c < meshfab::kCounterCount; ++c) {
+        if (name == meshfab::counterName(c)) fn(std::string(f.dev[i].name), static_cast<long>(f.dev[i].counters[c].load()));
+      }
+    }
+  });
+}
+
 // Counter `name` of every fabric device of this node, summed over the node's processes (as a
 // port counter is): device name -> value. Empty off the fabric.
 std::map<std::string, long> fabricCounter(const std::string& name) {
   std::map<std::string, long> out;
-  if (fabricDir() == nullptr) return out;
-  meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
-    for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
-      for (int c = 0; c < meshfab::kCounterCount; ++c) {
-        if (name == meshfab::counterName(c)) out[f.dev[i].name] += static_cast<long>(f.dev[i].counters[c].load());
-      }
-    }
-  });
+  eachFabricValue(name, [&](const std::string& dev, long v) { out[dev] += v; });
   return out;
 }
 
@@ -252,13 +259,7 @@ std::map<std::string, long> fabricCounter(const std::string& name) {
 long fabricNodeMax(const std::string& name) {
   if (fabricDir() == nullptr) return -1;
   long most = 0;  // over every device of every process of the node (a maximum is not summed)
-  meshfab::forEachStats(fabricDir(), meshfab::currentNetns(), [&](const meshfab::StatsFile& f) {
-    for (uint32_t i = 0; i < f.ndev && i < static_cast<uint32_t>(meshfab::kStatsMaxDevices); ++i) {
-      for (int c = 0; c < meshfab::kCounterCount; ++c) {
-        if (name == meshfab::counterName(c)) most = std::max(most, static_cast<long>(f.dev[i].counters[c].load()));
-      }
-    }
-  });
+  eachFabricValue(name, [&](const std::string&, long v) { most = std::max(most, v); });
   return most;
 }
 

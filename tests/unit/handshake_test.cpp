@@ -151,9 +151,9 @@ class HandshakeTest : public ::testing::Test {
   // Drives connect and accept the way NCCL's proxy thread does: alternately, never blocking.
   ncclResult_t connectAndAccept(const std::shared_ptr<Listener>& l, const Handle& h,
                                 std::unique_ptr<PreparedConn>* send, std::unique_ptr<PreparedConn>* recv,
-                                bool callAccept = true) {
+                                bool callAccept = true, const ConnOptions& opts = ConnOptions()) {
     std::shared_ptr<Connector> c;
-    ncclResult_t r = hs_->startConnect(h, routesTo(h), ConnOptions(), &c);
+    ncclResult_t r = hs_->startConnect(h, routesTo(h), opts, &c);
     if (r != ncclSuccess) return r;
     auto deadline = Clock::now() + std::chrono::seconds(10);
     while (Clock::now() < deadline) {
@@ -745,16 +745,10 @@ TEST_F(HandshakeTest, AConnectThatExpectsAnAcceptAtOnceEndsAtTheConnectTimeout) 
   ASSERT_EQ(hs_->listen(&l, &h), ncclSuccess);
   ConnOptions opts;
   opts.acceptAtOnce = true;
-  std::shared_ptr<Connector> c;
-  ASSERT_EQ(hs_->startConnect(h, routesTo(h), opts, &c), ncclSuccess);
   auto start = Clock::now();
-  std::unique_ptr<PreparedConn> send;
-  ncclResult_t r = ncclSuccess;
-  while (r == ncclSuccess && send == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
-    r = hs_->pollConnect(c, &send);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(r, ncclRemoteError) << "still waiting after 10 s";
+  std::unique_ptr<PreparedConn> send, recv;
+  // ncclInternalError: still waiting after the helper's 10 s.
+  EXPECT_EQ(connectAndAccept(l, h, &send, &recv, /*callAccept=*/false, opts), ncclRemoteError);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
   hs_->closeListener(l);
 }
